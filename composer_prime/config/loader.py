@@ -1,0 +1,154 @@
+"""Command line → validated config: `@ a.toml @ b.toml --x.y value --flag --no-flag --dry-run`.
+
+Files deep-merge left to right, dotted flags override them. Any mistake (unknown key, wrong
+type, bad file, a conflict) becomes one line naming the key and where it came from, and the
+process exits with code 2: a user should never read a traceback to fix a typo.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomli_w
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class ConfigError(Exception):
+    """A user-facing config mistake; the message is one line."""
+
+
+def deep_merge(base: dict, new: dict, origin: str, provenance: dict[str, str], prefix: str = "") -> dict:
+    out = dict(base)
+    for key, value in new.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value, origin, provenance, dotted + ".")
+        else:
+            out[key] = value
+        _mark(value, dotted, origin, provenance)
+    return out
+
+
+def _mark(value: Any, dotted: str, origin: str, provenance: dict[str, str]) -> None:
+    provenance[dotted] = origin
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _mark(v, f"{dotted}.{k}", origin, provenance)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for p in parents:
+        if not isinstance(node.setdefault(p, {}), dict):
+            raise ConfigError(f"{dotted}: cannot set a field inside '{p}', which is not a table (command line)")
+        node = node[p]
+    node[leaf] = value
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+
+
+def parse_argv(argv: list[str]) -> tuple[dict, dict[str, str], bool]:
+    """Returns (raw tree, provenance of each dotted key, dry_run)."""
+    tree: dict = {}
+    provenance: dict[str, str] = {}
+    dry_run = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "@" or (arg.startswith("@") and len(arg) > 1):
+            if arg == "@":
+                if i + 1 >= len(argv):
+                    raise ConfigError("'@' must be followed by a TOML file")
+                i += 1
+                path = Path(argv[i])
+            else:
+                path = Path(arg[1:])
+            tree = deep_merge(tree, read_toml(path), str(path), provenance)
+        elif arg == "--dry-run":
+            dry_run = True
+        elif arg.startswith("--"):
+            key = arg[2:].replace("-", "_")
+            if "=" in key:
+                key, text = key.split("=", 1)
+                value = _parse_value(text)
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--") and argv[i + 1] != "@":
+                i += 1
+                value = _parse_value(argv[i])
+            elif key.split(".")[-1].startswith("no_"):
+                *head, leaf = key.split(".")
+                key, value = ".".join([*head, leaf[3:]]), False
+            else:
+                value = True
+            _set_dotted(tree, key, value)
+            provenance[key] = "command line"
+        else:
+            raise ConfigError(f"unexpected argument '{arg}' (use '@ file.toml' or '--key value')")
+        i += 1
+    return tree, provenance, dry_run
+
+
+def _origin(loc: tuple, provenance: dict[str, str]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in provenance:
+            return provenance[".".join(parts[:n])]
+    return "defaults"
+
+
+def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tuple = ()) -> T:
+    try:
+        return model.model_validate(tree)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = (*prefix, *err["loc"])
+        key = ".".join(str(p) for p in loc) or model.__name__
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise ConfigError(f"{key}: {msg} ({_origin(loc, provenance)}){more}") from None
+
+
+def load(model: type[T], argv: list[str]) -> tuple[T, bool]:
+    tree, provenance, dry_run = parse_argv(argv)
+    return validate(model, tree, provenance), dry_run
+
+
+def load_or_exit(model: type[T], argv: list[str] | None = None) -> tuple[T, bool]:
+    try:
+        return load(model, sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def write_toml(config: BaseModel, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(_drop_none(config.model_dump(mode="json"))))

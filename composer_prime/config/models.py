@@ -1,0 +1,160 @@
+"""Pydantic configs, one per process, plus `RLConfig`, which fills shared keys into all three.
+
+Every model forbids unknown keys, so a typo is an error, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Shared(Strict):
+    """Keys every process reads; `rl` fills them in from the top level."""
+
+    model: str = "tiny"  # "tiny" (built offline), a local path, or any Hugging Face id
+    seq_len: int = 512
+    max_steps: int = 20
+    output_dir: Path = Path("outputs/run")
+    seed: int = 0
+
+
+class BatchTransportConfig(Strict):
+    address: str = "tcp://127.0.0.1:5557"  # the trainer binds, the orchestrator connects
+
+
+class WeightBroadcastConfig(Strict):
+    type: Literal["filesystem"] = "filesystem"
+    keep_last: int = 3  # step directories kept on disk; older ones are pruned
+
+
+# ---------------------------------------------------------------- inference
+class InferenceConfig(Shared):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: Literal["auto", "hf", "vllm"] = "auto"  # auto: vllm when importable, else hf
+    max_model_len: int = 512
+    vllm_args: list[str] = Field(default_factory=list)
+    weights_path: Path | None = None  # start from this step directory (set on resume)
+    weight_version: int = 0
+
+
+# ---------------------------------------------------------------- orchestrator
+class SamplingConfig(Strict):
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 16
+
+
+class EnvConfig(Strict):
+    id: str = "reverse-text"
+    args: dict = Field(default_factory=dict)  # taskset config for training tasks
+    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 64})
+
+
+class EvalConfig(Strict):
+    interval: int = 5  # held-out eval every N steps (and at the first and last step)
+    num_tasks: int = 64
+
+
+class OrchestratorConfig(Shared):
+    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    batch_size: int = 64  # rollouts per trainer step (after dynamic sampling)
+    group_size: int = 8  # completions per task
+    advantage: Literal["drgrpo", "grpo"] = "drgrpo"
+    dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
+    max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
+    max_concurrency: int = 32
+    transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
+    resume: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "OrchestratorConfig":
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})")
+        return self
+
+
+# ---------------------------------------------------------------- trainer
+class OptimConfig(Strict):
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    max_norm: float = 1.0
+
+
+class RLLossConfig(Strict):
+    eps_low: float = 0.2
+    eps_high: float = 0.28  # DAPO clip-higher
+    is_cap: float = 2.0  # truncated importance weight min(pi_old/mu, C), detached
+
+
+class LossConfig(Strict):
+    rl: RLLossConfig = Field(default_factory=RLLossConfig)
+    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})
+
+
+class CheckpointConfig(Strict):
+    interval: int = 1  # steps between trainer checkpoints
+    keep_last: int = 2
+
+
+class TrainerConfig(Shared):
+    nproc: int = 1  # data-parallel FSDP2 ranks (torchrun --nproc-per-node)
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    micro_batch_tokens: int = 4096
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
+    resume: bool = False
+
+
+# ---------------------------------------------------------------- rl (all three)
+SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
+
+
+class RLConfig(Shared):
+    resume: bool = False
+    inference: dict = Field(default_factory=dict)
+    orchestrator: dict = Field(default_factory=dict)
+    trainer: dict = Field(default_factory=dict)
+    transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
+
+    def split(self, provenance: dict[str, str] | None = None) -> tuple[InferenceConfig, OrchestratorConfig, TrainerConfig]:
+        """Fill shared keys into each process config; a different value set twice is a conflict."""
+        from composer_prime.config.loader import ConfigError, validate
+
+        provenance = provenance or {}
+        out = []
+        fields_set = self.model_fields_set
+        for name, cls in (("inference", InferenceConfig), ("orchestrator", OrchestratorConfig), ("trainer", TrainerConfig)):
+            section = dict(getattr(self, name))
+            for key in SHARED_KEYS:
+                top = getattr(self, key)
+                if key in section and key in fields_set and section[key] != (str(top) if isinstance(top, Path) else top):
+                    where = provenance.get(f"{name}.{key}", "defaults")
+                    raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
+                section.setdefault(key, str(top) if isinstance(top, Path) else top)
+            if name != "inference":
+                section.setdefault("transport", self.transport.model_dump())
+                section.setdefault("resume", self.resume)
+            out.append((name, cls, section))
+        inf = validate(InferenceConfig, out[0][2], provenance, ("inference",))
+        url = f"http://{inf.host}:{inf.port}"
+        orch_section, trainer_section = out[1][2], out[2][2]
+        orch_section.setdefault("inference_urls", [url])
+        trainer_section.setdefault("inference_urls", [url])
+        orch = validate(OrchestratorConfig, orch_section, provenance, ("orchestrator",))
+        return inf, orch, validate(TrainerConfig, trainer_section, provenance, ("trainer",))

@@ -1,0 +1,114 @@
+"""`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator.
+
+Writes each process's resolved config to <output_dir>/configs/ (each runs alone from it, e.g.
+on another machine), tees their logs to <output_dir>/logs/, and stops all three, whole process
+groups, if any of them fails or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from composer_prime.config import ConfigError, RLConfig, write_toml
+from composer_prime.config.loader import parse_argv, validate
+from composer_prime.model.resolve import resolve_model
+from composer_prime.trainer import checkpoint
+from composer_prime.transports.weights import filesystem
+from composer_prime.utils.report import write_report
+
+PROCESSES = ("inference", "trainer", "orchestrator")
+
+
+def resolve(argv: list[str]) -> tuple[RLConfig, tuple, bool]:
+    try:
+        tree, provenance, dry_run = parse_argv(argv)
+        cfg = validate(RLConfig, tree, provenance)
+        return cfg, cfg.split(provenance), dry_run
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _pump(name: str, proc: subprocess.Popen, log_path: Path) -> None:
+    with log_path.open("a") as log:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            log.write(line)
+            log.flush()
+            if not line.startswith(f"[{name}]"):
+                line = f"[{name}] {line}"
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+
+def stop(procs: dict[str, subprocess.Popen], grace_s: float = 15.0) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace_s
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, (inf, orch, trainer), dry_run = resolve(sys.argv[1:] if argv is None else argv)
+    run = Path(cfg.output_dir)
+    if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
+        weights = filesystem.step_dir(run / "weights", found[0])
+        if (weights / filesystem.MARKER).exists():
+            inf = inf.model_copy(update={"weights_path": weights, "weight_version": found[0]})
+    paths = {}
+    for name, sub in zip(("inference", "orchestrator", "trainer"), (inf, orch, trainer)):
+        paths[name] = run / "configs" / f"{name}.toml"
+        write_toml(sub, paths[name])
+    if dry_run:
+        print(f"resolved configs written to {run / 'configs'}")
+        return
+    resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before three processes race
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "TOKENIZERS_PARALLELISM": "false"}
+    procs: dict[str, subprocess.Popen] = {}
+    start = time.time()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        for name in PROCESSES:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", f"composer_prime.entrypoints.{name}", "@", str(paths[name])],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+            threading.Thread(target=_pump, args=(name, procs[name], run / "logs" / f"{name}.log"), daemon=True).start()
+        while True:
+            time.sleep(0.5)
+            failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
+            if failed:
+                print(f"[rl] {failed[0]} exited with code {procs[failed[0]].returncode}; stopping the others "
+                      f"(log: {run / 'logs' / (failed[0] + '.log')})", flush=True)
+                stop(procs)
+                raise SystemExit(1)
+            if procs["inference"].poll() == 0:
+                print("[rl] inference exited unexpectedly; stopping", flush=True)
+                stop(procs)
+                raise SystemExit(1)
+            if procs["orchestrator"].poll() == 0 and procs["trainer"].poll() == 0:
+                break
+    except KeyboardInterrupt:
+        print("[rl] interrupted; stopping all processes", flush=True)
+        stop(procs)
+        raise SystemExit(130) from None
+    stop(procs)
+    s = write_report(run, time.time() - start)
+    print(f"[rl] done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
+          f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {run / 'report.md'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

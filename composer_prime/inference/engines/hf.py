@@ -1,0 +1,124 @@
+"""Embedded transformers engine: the fallback for machines without vLLM, same contract.
+
+Requests that arrive together are decoded together: a background task gathers whatever is
+queued (up to `max_batch`), left-pads the prompts and runs one KV-cached decode loop. Each
+request samples with its own seeded generator, so a seed reproduces a completion whatever
+else shares its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from composer_prime.inference.engines.base import Generation, SamplingParams
+
+
+class HFEngine:
+    def __init__(self, model_path: str, model_name: str, max_model_len: int = 512, max_batch: int = 64) -> None:
+        self.model_path, self.model_name, self.max_model_len, self.max_batch = model_path, model_name, max_model_len, max_batch
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._lock = asyncio.Lock()  # decoding and weight swaps never overlap
+        self._worker: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        torch.set_num_threads(1)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).eval()
+        self.pad_id = self.model.config.pad_token_id or 0
+        self._worker = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._worker:
+            self._worker.cancel()
+
+    async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
+        if len(prompt_token_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({len(prompt_token_ids)}) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}")
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put((prompt_token_ids, params, future))
+        return await future
+
+    async def load_weights(self, path: str) -> None:
+        """Read and check the whole step before touching the model: a bad step changes nothing."""
+        file = Path(path) / "model.safetensors"
+        state = await asyncio.to_thread(load_file, str(file))  # raises on a missing or corrupt file
+        own = self.model.state_dict()
+        missing = set(own) - set(state) - ({"lm_head.weight"} if self.model.config.tie_word_embeddings else set())
+        if missing or any(state[k].shape != own[k].shape for k in state if k in own) or set(state) - set(own):
+            raise ValueError(f"{file}: tensors do not match the served model (missing {sorted(missing)[:3]})")
+        async with self._lock:
+            self.model.load_state_dict(state, strict=False)
+            if self.model.config.tie_word_embeddings:
+                self.model.tie_weights()
+
+    async def _loop(self) -> None:
+        while True:
+            items = [await self._queue.get()]
+            await asyncio.sleep(0.005)  # let a burst of concurrent requests arrive
+            while not self._queue.empty() and len(items) < self.max_batch:
+                items.append(self._queue.get_nowait())
+            async with self._lock:
+                try:
+                    results = await asyncio.to_thread(self._decode, [(p, s) for p, s, _ in items])
+                    for (_, _, fut), res in zip(items, results):
+                        fut.set_result(res)
+                except Exception as e:  # noqa: BLE001 - report to the callers, keep serving
+                    for _, _, fut in items:
+                        fut.set_exception(e)
+
+    @torch.no_grad()
+    def _decode(self, reqs: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
+        n, width = len(reqs), max(len(p) for p, _ in reqs)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, _) in enumerate(reqs):  # left padding keeps every row's last token aligned
+            ids[i, width - len(p):] = torch.tensor(p)
+            attn[i, width - len(p):] = 1
+        gens = [torch.Generator().manual_seed(s.seed if s.seed is not None else torch.seed()) for _, s in reqs]
+        temps = torch.tensor([[max(s.temperature, 1e-5)] for _, s in reqs])
+        out_ids: list[list[int]] = [[] for _ in reqs]
+        out_lp: list[list[float]] = [[] for _ in reqs]
+        finish = ["length"] * n
+        done = torch.zeros(n, dtype=torch.bool)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        for t in range(max(s.max_tokens for _, s in reqs)):
+            logp = torch.log_softmax(out.logits[:, -1].float() / temps, -1)
+            nxt = torch.empty(n, dtype=torch.long)
+            for i, (_, s) in enumerate(reqs):
+                if done[i]:
+                    nxt[i] = self.pad_id
+                    continue
+                row = logp[i]
+                if s.temperature <= 1e-5:
+                    tok = int(row.argmax())
+                else:
+                    probs = row.exp()
+                    if s.top_p < 1.0:
+                        probs = _top_p(probs, s.top_p)
+                    tok = int(torch.multinomial(probs, 1, generator=gens[i]))
+                nxt[i] = tok
+                out_ids[i].append(tok)
+                out_lp[i].append(float(row[tok]))
+                if tok in s.stop_token_ids:
+                    done[i], finish[i] = True, "stop"
+                elif len(out_ids[i]) >= s.max_tokens:
+                    done[i] = True
+            if bool(done.all()):
+                break
+            attn = torch.cat([attn, torch.ones((n, 1), dtype=torch.long)], 1)
+            pos = pos[:, -1:] + 1
+            out = self.model(input_ids=nxt[:, None], attention_mask=attn, position_ids=pos,
+                             past_key_values=out.past_key_values, use_cache=True)
+        return [Generation(list(p), out_ids[i], out_lp[i], finish[i]) for i, (p, _) in enumerate(reqs)]
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_p, order = probs.sort(descending=True)
+    keep = sorted_p.cumsum(0) - sorted_p < top_p
+    filtered = torch.zeros_like(probs).scatter(0, order, sorted_p * keep)
+    return filtered / filtered.sum()

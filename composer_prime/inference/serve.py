@@ -1,0 +1,48 @@
+"""Start an engine and serve it: the `inference` process."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+
+import uvicorn
+
+from composer_prime.config import InferenceConfig, load_or_exit
+from composer_prime.inference.server import ServerState, build_app
+from composer_prime.model.resolve import resolve_model
+
+
+def make_engine(cfg: InferenceConfig, model_path: str):
+    engine = cfg.engine
+    if engine == "auto":
+        engine = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    if engine == "vllm":
+        from composer_prime.inference.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_path, cfg.model, port=cfg.port + 1000, max_model_len=cfg.max_model_len,
+                          extra_args=cfg.vllm_args, log_path=str(cfg.output_dir / "logs" / "vllm.log"))
+    from composer_prime.inference.engines.hf import HFEngine
+
+    return HFEngine(model_path, cfg.model, max_model_len=cfg.max_model_len)
+
+
+async def serve(cfg: InferenceConfig) -> None:
+    base = resolve_model(cfg.model, lambda m: print(f"[inference] {m}", flush=True))
+    engine = make_engine(cfg, base)
+    await engine.start()
+    state = ServerState(engine, base)
+    if cfg.weights_path is not None:  # resume: serve the step the trainer will continue from
+        await engine.load_weights(str(cfg.weights_path))
+        state.version, state.weights_path = cfg.weight_version, str(cfg.weights_path)
+    print(f"[inference] {type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(build_app(state), host=cfg.host, port=cfg.port, log_level="warning"))
+    try:
+        await server.serve()
+    finally:
+        await engine.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, _ = load_or_exit(InferenceConfig, argv if argv is not None else sys.argv[1:])
+    asyncio.run(serve(cfg))

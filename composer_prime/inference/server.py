@@ -1,0 +1,158 @@
+"""The inference HTTP server: OpenAI-compatible routes plus what RL needs, over any engine.
+
+Routes: /v1/models, /v1/completions, /v1/chat/completions (OpenAI shapes, with logprobs),
+/inference/v1/generate (token ids in, token ids + one log-prob per token out: the route
+verifiers' training client calls), /update_weights (hot-load a step directory), /health.
+Every response carries the serving weight version (header X-Weight-Version, and in JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from transformers import AutoTokenizer
+
+from composer_prime.inference.engines.base import Engine, SamplingParams
+from composer_prime.utils.chat import encode_chat
+
+
+class GenerateSampling(BaseModel):
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: list[int] = Field(default_factory=list)
+    model_config = {"extra": "allow"}  # verifiers sends logprobs/skip_special_tokens too
+
+
+class GenerateRequest(BaseModel):
+    model: str | None = None
+    token_ids: list[int]
+    sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
+
+
+class UpdateWeights(BaseModel):
+    path: str
+    version: int
+
+
+class ServerState:
+    def __init__(self, engine: Engine, tokenizer_path: str, version: int = 0, weights_path: str | None = None) -> None:
+        self.engine = engine
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self.version = version
+        self.weights_path = weights_path
+        self.update_lock = asyncio.Lock()
+        self.stats = {"updates": 0, "failed_updates": 0, "requests": 0}
+
+
+def _params(body: dict, tokenizer) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or 64),
+        temperature=float(body.get("temperature", 1.0)),
+        top_p=float(body.get("top_p", 1.0)),
+        seed=body.get("seed"),
+        stop_token_ids=tuple(body.get("stop_token_ids") or [tokenizer.eos_token_id]),
+    )
+
+
+def build_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="composer-prime inference")
+    tok = state.tokenizer
+
+    @app.middleware("http")
+    async def version_header(request: Request, call_next):
+        response = await call_next(request)
+        response.headers["X-Weight-Version"] = str(state.version)
+        return response
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "model": state.engine.model_name, "weight_version": state.version,
+                "weights_path": state.weights_path, **state.stats}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": state.engine.model_name, "object": "model",
+                                             "max_model_len": state.engine.max_model_len}]}
+
+    @app.post("/update_weights")
+    async def update_weights(req: UpdateWeights) -> dict:
+        async with state.update_lock:
+            try:
+                await state.engine.load_weights(req.path)
+            except Exception as e:  # noqa: BLE001 - a bad step is refused, the old weights keep serving
+                state.stats["failed_updates"] += 1
+                raise HTTPException(status_code=400, detail=f"weights at {req.path} refused: {e}") from None
+            state.version, state.weights_path = req.version, req.path
+            state.stats["updates"] += 1
+        return {"weight_version": state.version}
+
+    async def run(prompt_ids: list[int], params: SamplingParams):
+        state.stats["requests"] += 1
+        version = state.version
+        try:
+            gen = await state.engine.generate(prompt_ids, params)
+        except ValueError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
+        gen.weight_version = version
+        return gen
+
+    @app.post("/inference/v1/generate")
+    async def generate(req: GenerateRequest) -> dict:
+        s = req.sampling_params
+        params = SamplingParams(s.max_tokens, s.temperature, s.top_p, s.seed,
+                                tuple(s.stop_token_ids or [tok.eos_token_id]))
+        gen = await run(req.token_ids, params)
+        return {
+            "request_id": uuid.uuid4().hex,
+            "prompt_token_ids": gen.prompt_token_ids,
+            "weight_version": gen.weight_version,
+            "choices": [{
+                "index": 0,
+                "token_ids": gen.token_ids,
+                "logprobs": {"content": [{"token_id": t, "logprob": lp} for t, lp in zip(gen.token_ids, gen.logprobs)]},
+                "finish_reason": gen.finish_reason,
+            }],
+        }
+
+    def openai_response(kind: str, gen, body: dict) -> JSONResponse:
+        text = tok.decode([t for t in gen.token_ids if t not in (tok.eos_token_id,)], skip_special_tokens=True)
+        choice = {"index": 0, "finish_reason": gen.finish_reason}
+        if kind == "chat":
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": tok.convert_ids_to_tokens(t), "token_id": t, "logprob": lp}
+                                              for t, lp in zip(gen.token_ids, gen.logprobs)]}
+        n_prompt, n_out = len(gen.prompt_token_ids), len(gen.token_ids)
+        return JSONResponse({
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()), "model": state.engine.model_name, "choices": [choice],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+            "weight_version": gen.weight_version,
+        })
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        if body.get("stream"):
+            raise HTTPException(status_code=400, detail="streaming is not supported by the embedded engine")
+        gen = await run(encode_chat(tok, body["messages"]), _params(body, tok))
+        return openai_response("chat", gen, body)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        prompt = body["prompt"]
+        ids = prompt if isinstance(prompt, list) else tok.encode(prompt, add_special_tokens=False)
+        gen = await run(ids, _params(body, tok))
+        return openai_response("text", gen, body)
+
+    return app

@@ -1,0 +1,119 @@
+"""The tiny default model: a Qwen3-shaped ~1M-parameter LM, built offline and warm-started.
+
+`ensure_tiny_model()` returns a directory with config.json, model.safetensors and the
+tokenizer. It is cached by a content hash of everything that determines the weights (the
+architecture, tokenizer, SFT recipe and seed), so the first call pays about a CPU-minute
+of SFT on the quickstart task and every later call reuses the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+
+from composer_prime.model.tokenizer import build_tokenizer
+from composer_prime.utils.chat import encode_chat
+
+ARCH = dict(
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,  # vLLM's CPU attention rejects head_dim 16
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    rope_theta=10000.0,
+)
+SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, seed=0, min_len=3, max_len=6, alphabet="abcdefgh")
+RECIPE_VERSION = 1  # bump when the builder changes in a way that changes the weights
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("COMPOSER_PRIME_CACHE", Path.home() / ".cache" / "composer-prime"))
+
+
+def recipe_hash() -> str:
+    blob = json.dumps({"arch": ARCH, "sft": SFT, "v": RECIPE_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def build_random(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **ARCH,
+    )
+    return Qwen3ForCausalLM(config).float()
+
+
+def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, masks = [], []
+    for _ in range(SFT["batch_size"]):
+        seq = [rng.choice(SFT["alphabet"]) for _ in range(rng.randint(SFT["min_len"], SFT["max_len"]))]
+        prompt = encode_chat(tok, [{"role": "system", "content": "Reverse the letters."},
+                                    {"role": "user", "content": " ".join(seq)}])
+        answer = tok.encode(" ".join(reversed(seq)), add_special_tokens=False) + [tok.eos_token_id]
+        rows.append(prompt + answer)
+        masks.append([0] * len(prompt) + [1] * len(answer))
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    mask = torch.zeros((len(rows), width))
+    for i, (r, m) in enumerate(zip(rows, masks)):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, mask
+
+
+def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print) -> None:
+    """Answer-only cross-entropy on the reverse-text task; stops short of mastery on purpose."""
+    from composer_prime.trainer.loss.ce import token_logprobs
+
+    rng = random.Random(SFT["seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
+    steps, warmup = SFT["steps"], SFT["warmup"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / steps))
+    start = time.time()
+    for step in range(SFT["steps"]):
+        ids, mask = _sft_batch(tok, rng)
+        logits = model(input_ids=ids).logits
+        lp = token_logprobs(logits[:, :-1], ids[:, 1:])
+        m = mask[:, 1:]
+        loss = -(lp * m).sum() / m.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == SFT["steps"] - 1:
+            log(f"[tiny-model] sft step {step + 1}/{SFT['steps']} loss {loss.item():.3f} ({time.time() - start:.0f}s)")
+
+
+def ensure_tiny_model(log=print) -> Path:
+    """Build (once) and return the cached tiny model directory."""
+    out = cache_root() / "models" / f"tiny-{recipe_hash()}"
+    if (out / "READY").exists():
+        return out
+    log(f"[tiny-model] building {out} (one-time, about a CPU-minute)")
+    torch.set_num_threads(1)
+    tok = build_tokenizer()
+    model = build_random(tok)
+    warm_start(model, tok, log)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "READY").write_text(recipe_hash())
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)  # atomic: a crash never leaves a half-written cached model
+    return out

@@ -1,0 +1,46 @@
+"""Trainer checkpoints: model + optimizer (torch.distributed.checkpoint, sharded) + progress.
+
+`checkpoints/step_N/` holds the state after N completed steps; DONE is written last, so an
+interrupted save is ignored on resume and the previous checkpoint is used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+DONE = "DONE"
+
+
+def latest(root: Path) -> tuple[int, Path] | None:
+    done = [(int(p.name.split("_")[1]), p) for p in root.glob("step_*") if (p / DONE).exists()]
+    return max(done) if done else None
+
+
+def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer, keep_last: int) -> None:
+    out = root / f"step_{step}"
+    if dist.get_rank() == 0:
+        shutil.rmtree(out, ignore_errors=True)
+    dist.barrier()
+    model_sd, optim_sd = get_state_dict(model, optim)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(out))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        (out / DONE).write_text(json.dumps({"step": step}))
+        finished = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / DONE).exists())
+        for old in finished[:-keep_last]:
+            shutil.rmtree(root / f"step_{old}", ignore_errors=True)
+    dist.barrier()
+
+
+def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+    model_sd, optim_sd = get_state_dict(model, optim)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])

@@ -1,0 +1,76 @@
+"""Batch → per-rank micro-batches of padded tensors.
+
+Packing: samples are sorted by length and placed first-fit into micro-batches whose padded
+size (rows × longest row) stays within `micro_batch_tokens`; micro-batches are then dealt to
+ranks so each rank carries about the same number of tokens. Every rank must run the same
+number of forward/backward passes under FSDP, so short ranks get empty (all-zero-weight)
+micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from composer_prime.transports.batches.schema import Sample
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [B, T]
+    sampling_logprobs: torch.Tensor  # [B, T-1], aligned with the predicted tokens input_ids[:, 1:]
+    advantages: torch.Tensor  # [B, T-1]
+    temperature: torch.Tensor  # [B, 1]
+    channel_weights: dict[str, torch.Tensor]  # each [B, T-1]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+def pack(samples: list[Sample], micro_batch_tokens: int, world_size: int) -> list[list[list[Sample]]]:
+    """Returns, per rank, a list of micro-batches (lists of samples); all ranks get equally many."""
+    bins: list[list[Sample]] = []
+    for s in sorted(samples, key=lambda s: len(s.input_ids), reverse=True):
+        for b in bins:
+            if (len(b) + 1) * len(b[0].input_ids) <= micro_batch_tokens:
+                b.append(s)
+                break
+        else:
+            bins.append([s])
+    ranks: list[list[list[Sample]]] = [[] for _ in range(world_size)]
+    load = [0] * world_size
+    for b in bins:  # largest first onto the least-loaded rank
+        r = load.index(min(load))
+        ranks[r].append(b)
+        load[r] += len(b) * len(b[0].input_ids)
+    depth = max(len(r) for r in ranks)
+    for r in ranks:
+        r.extend([] for _ in range(depth - len(r)))
+    return ranks
+
+
+def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBatch:
+    if not samples:  # a filler micro-batch: one pad token, zero weight in every channel
+        samples = [Sample([pad_id, pad_id], [0.0, 0.0], [0.0, 0.0], {c: [0.0, 0.0] for c in channels})]
+    width = max(len(s.input_ids) for s in samples)
+    n = len(samples)
+
+    def pad(rows: list[list], value: float, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.full((n, width), value, dtype=dtype)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+        return out
+
+    shifted = lambda t: t[:, 1:]  # noqa: E731 - position t predicts token t, so drop the first
+    return MicroBatch(
+        input_ids=pad([s.input_ids for s in samples], pad_id, torch.long),
+        sampling_logprobs=shifted(pad([s.sampling_logprobs for s in samples], 0.0, torch.float32)),
+        advantages=shifted(pad([s.advantages for s in samples], 0.0, torch.float32)),
+        temperature=torch.tensor([[s.temperature] for s in samples], dtype=torch.float32).unsqueeze(-1),
+        channel_weights={
+            c: shifted(pad([s.channel_weights.get(c, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
+            for c in channels
+        },
+    )

@@ -1,0 +1,155 @@
+"""The trainer: receive a batch, one optimizer step, checkpoint, publish the new policy. Repeat.
+
+Runs under torchrun (the `trainer` entrypoint starts it); rank 0 receives batches over ZMQ and
+hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from composer_prime.config import TrainerConfig, load_or_exit
+from composer_prime.model.resolve import resolve_model
+from composer_prime.trainer import checkpoint
+from composer_prime.trainer.data import collate, pack
+from composer_prime.trainer.loss import token_logprobs, total_loss
+from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
+from composer_prime.transports.batches.schema import Batch, SchemaError
+from composer_prime.transports.batches.zmq import BatchReceiver
+from composer_prime.transports.weights import filesystem
+
+
+def log(msg: str) -> None:
+    if dist.get_rank() == 0:
+        print(f"[trainer] {msg}", flush=True)
+
+
+def receive(receiver: BatchReceiver | None, step: int) -> Batch:
+    """Rank 0 waits for the batch of `step` (older ones, resent before a restart, are dropped)."""
+    box: list = [None]
+    if receiver is not None:
+        waited = time.time()
+        while box[0] is None:
+            try:
+                batch = receiver.recv(timeout_s=30)
+            except SchemaError as e:
+                print(f"[trainer] rejected a message: {e}", flush=True)
+                continue
+            if batch is None:
+                print(f"[trainer] waiting for batch {step} ({time.time() - waited:.0f}s)", flush=True)
+            elif batch.step < step:
+                print(f"[trainer] dropped batch {batch.step}: already trained past it", flush=True)
+            elif batch.step > step:
+                raise RuntimeError(f"received batch {batch.step} while expecting {step}: orchestrator and trainer disagree")
+            else:
+                box[0] = batch
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int) -> None:
+    state = full_state_dict(model)  # collective: every rank takes part
+    if dist.get_rank() == 0:
+        root = Path(cfg.output_dir) / "weights"
+        path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings)
+        filesystem.notify_inference(cfg.inference_urls, path, step)
+        filesystem.prune(root, cfg.weight_broadcast.keep_last)
+    dist.barrier()
+
+
+def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int) -> dict[str, float]:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    counts = batch.channel_token_counts()
+    channels = sorted(counts)
+    micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
+    optim.zero_grad(set_to_none=True)
+    sums: dict[str, torch.Tensor] = {}
+    tokens = 0
+    for samples in micro_batches:
+        mb = collate(samples, pad_id, channels)
+        logits = model(input_ids=mb.input_ids).logits[:, :-1]
+        lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
+        loss, stats = total_loss(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, mb.channel_weights, counts, cfg.loss)
+        # FSDP2 averages gradients over ranks; each rank's loss is a share of a global sum, so undo the mean.
+        (loss * world).backward()
+        with torch.no_grad():
+            mask = sum(mb.channel_weights.values()) != 0
+            probs = torch.softmax(logits.float() / mb.temperature, -1)
+            stats["entropy"] = (-(probs * torch.log(probs + 1e-12)).sum(-1) * mask).sum() / max(1, sum(counts.values()))
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0) + v.detach().float()
+        tokens += int(mask.sum())
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+    optim.step()
+    keys = sorted(sums)
+    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)])
+    dist.all_reduce(vec)
+    out = {k: vec[i].item() for i, k in enumerate(keys)}
+    out["trained_tokens"] = vec[-1].item()
+    out["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, _ = load_or_exit(TrainerConfig, argv)
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")
+    dist.init_process_group(backend)
+    if device_type() == "cpu":
+        torch.set_num_threads(1)  # one thread per process: on few cores more threads decode slower
+    else:
+        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    run = Path(cfg.output_dir)
+    model_dir = resolve_model(cfg.model, log) if dist.get_rank() == 0 else None
+    box = [model_dir]
+    dist.broadcast_object_list(box, src=0)
+    model_dir = box[0]
+    torch.manual_seed(cfg.seed)
+    model = shard(load_model(model_dir))
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+
+    start = 0
+    metrics_path = run / "trainer" / "metrics.jsonl"
+    if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
+        start, path = found
+        checkpoint.load(path, model, optim)
+        log(f"resumed from {path} (step {start})")
+        if dist.get_rank() == 0 and metrics_path.exists():  # forget steps the checkpoint does not contain
+            lines = [ln for ln in metrics_path.read_text().splitlines() if json.loads(ln)["step"] < start]
+            metrics_path.write_text("".join(ln + "\n" for ln in lines))
+        publish(cfg, model, model_dir, start)
+    elif dist.get_rank() == 0:
+        metrics_path.unlink(missing_ok=True)
+    receiver = BatchReceiver(cfg.transport.address) if dist.get_rank() == 0 else None
+    if dist.get_rank() == 0:
+        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
+
+    for step in range(start, cfg.max_steps):
+        batch = receive(receiver, step)
+        t0 = time.time()
+        metrics = train_step(cfg, model, optim, batch, pad_id)
+        compute_s = time.time() - t0
+        if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
+            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last)
+        publish(cfg, model, model_dir, step + 1)
+        if dist.get_rank() == 0:
+            row = {"step": step, "compute_s": compute_s, "step_s": time.time() - t0, "time": time.time(), **metrics}
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f} grad_norm {metrics['grad_norm']:.3f} "
+                f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
+    if receiver is not None:
+        receiver.close()
+    log("done")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

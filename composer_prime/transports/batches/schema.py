@@ -1,0 +1,71 @@
+"""What the orchestrator sends the trainer: typed, versioned, msgpack on the wire.
+
+The trainer is algorithm-blind: per token it gets the sampling log-prob, the advantage and a
+weight per loss channel ("rl", "ce", later "distill", "dpo"); it never sees rewards or tasks.
+All per-token lists are aligned with `input_ids` (position t describes token t).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import msgpack
+
+SCHEMA_VERSION = 1
+
+
+class SchemaError(ValueError):
+    """A message that is not a training batch of the version this build speaks."""
+
+
+@dataclass
+class Sample:
+    input_ids: list[int]
+    sampling_logprobs: list[float]  # mu(token) under the sampling distribution; 0 on prompt tokens
+    advantages: list[float]
+    channel_weights: dict[str, list[float]]  # e.g. {"rl": [0, 0, 1, 1]}; 0 = not in this channel
+    temperature: float = 1.0
+    policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.input_ids)
+        lists = {"sampling_logprobs": self.sampling_logprobs, "advantages": self.advantages}
+        lists |= {f"channel_weights.{k}": v for k, v in self.channel_weights.items()}
+        for name, values in lists.items():
+            if len(values) != n:
+                raise SchemaError(f"{name} has {len(values)} entries for {n} tokens")
+
+
+@dataclass
+class Batch:
+    step: int
+    samples: list[Sample]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def channel_token_counts(self) -> dict[str, int]:
+        """Tokens with non-zero weight per channel over the whole batch: each channel's normaliser."""
+        counts: dict[str, int] = {}
+        for s in self.samples:
+            for ch, w in s.channel_weights.items():
+                counts[ch] = counts.get(ch, 0) + sum(1 for x in w if x != 0)
+        return counts
+
+
+def encode(batch: Batch) -> bytes:
+    return msgpack.packb({"schema": SCHEMA_VERSION, "type": "batch", **asdict(batch)}, use_bin_type=True)
+
+
+def decode(payload: bytes) -> Batch:
+    try:
+        msg = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as e:  # noqa: BLE001 - any undecodable payload is a schema error
+        raise SchemaError(f"undecodable batch message: {e}") from None
+    if not isinstance(msg, dict) or msg.get("type") != "batch":
+        raise SchemaError("message is not a training batch")
+    if msg.get("schema") != SCHEMA_VERSION:
+        raise SchemaError(f"batch schema {msg.get('schema')} but this trainer speaks {SCHEMA_VERSION}")
+    try:
+        samples = [Sample(**s) for s in msg["samples"]]
+        return Batch(step=msg["step"], samples=samples, metrics=msg.get("metrics", {}))
+    except (KeyError, TypeError) as e:
+        raise SchemaError(f"malformed batch: {e}") from None

@@ -1,0 +1,58 @@
+"""Filesystem weight broadcast: `weights/step_N/` (HF layout) with a STABLE marker written last.
+
+A reader trusts a step directory only once STABLE exists, so a crash mid-write never exposes
+half a checkpoint. After writing, the trainer asks each inference server to load the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import torch
+from safetensors.torch import save_file
+
+MARKER = "STABLE"
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step_{step}"
+
+
+def latest_stable(root: Path) -> tuple[int, Path] | None:
+    steps = [(int(p.name.split("_")[1]), p) for p in root.glob("step_*") if (p / MARKER).exists()]
+    return max(steps) if steps else None
+
+
+def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model_dir: Path, tied: bool) -> Path:
+    """Write the full weights as safetensors plus the model's config and tokenizer files."""
+    out = step_dir(root, step)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors = {k: v.detach().contiguous() for k, v in state_dict.items() if not (tied and k == "lm_head.weight")}
+    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
+    for name in os.listdir(model_dir):  # config, generation config, tokenizer: everything but weights
+        if not name.endswith((".safetensors", ".bin", ".json.index")) and (model_dir / name).is_file() and name != MARKER:
+            shutil.copy2(model_dir / name, tmp / name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    (out / MARKER).write_text(json.dumps({"step": step}))
+    return out
+
+
+def prune(root: Path, keep_last: int) -> None:
+    stable = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / MARKER).exists())
+    for s in stable[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(step_dir(root, s), ignore_errors=True)
+
+
+def notify_inference(urls: list[str], path: Path, version: int, timeout_s: float = 120.0) -> None:
+    """Ask every inference server to load `path` as `version`; raise if any refuses."""
+    for url in urls:
+        r = httpx.post(f"{url}/update_weights", json={"path": str(path.resolve()), "version": version}, timeout=timeout_s)
+        if r.status_code != 200:
+            raise RuntimeError(f"{url} refused weights step {version}: {r.status_code} {r.text[:200]}")

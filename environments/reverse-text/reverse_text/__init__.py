@@ -1,0 +1,3 @@
+from .taskset import ReverseTextTaskset
+
+__all__ = ["ReverseTextTaskset"]
