@@ -55,7 +55,7 @@ class SamplingConfig(Strict):
 class EnvConfig(Strict):
     id: str = "reverse-text"
     args: dict = Field(default_factory=dict)  # taskset config for training tasks
-    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 64})
+    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200})
 
 
 class EvalConfig(Strict):
@@ -87,6 +87,7 @@ class OrchestratorConfig(Shared):
 # ---------------------------------------------------------------- trainer
 class OptimConfig(Strict):
     lr: float = 1e-4
+    warmup_steps: int = 10  # linear warm-up: Adam's first steps are sign-like and move a small model a lot
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     max_norm: float = 1.0

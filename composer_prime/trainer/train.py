@@ -69,6 +69,8 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int) -> d
     channels = sorted(counts)
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
     optim.zero_grad(set_to_none=True)
+    for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
+        g["lr"] = cfg.optim.lr * min(1.0, (batch.step + 1) / max(1, cfg.optim.warmup_steps))
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
@@ -136,15 +138,17 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         metrics = train_step(cfg, model, optim, batch, pad_id)
         compute_s = time.time() - t0
+        # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
+        # between makes the resumed run redo this step (its line is dropped), never skip it.
+        if dist.get_rank() == 0:
+            row = {"step": step, "compute_s": compute_s, "time": time.time(), **metrics}
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last)
         publish(cfg, model, model_dir, step + 1)
-        if dist.get_rank() == 0:
-            row = {"step": step, "compute_s": compute_s, "step_s": time.time() - t0, "time": time.time(), **metrics}
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f} grad_norm {metrics['grad_norm']:.3f} "
-                f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
+        log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f} grad_norm {metrics['grad_norm']:.3f} "
+            f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()
     log("done")

@@ -1,0 +1,69 @@
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from composer_prime.config import InferenceConfig, OrchestratorConfig, RLConfig, TrainerConfig
+from composer_prime.config.loader import parse_argv, validate
+from tests.conftest import ROOT
+
+CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_resolves(path):
+    tree, prov, _ = parse_argv(["@", str(path)])
+    validate(RLConfig, tree, prov).split(prov)
+
+
+def test_files_compose_and_flags_override(tmp_path):
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text("max_steps = 3\n[trainer.optim]\nlr = 1e-3\nmax_norm = 2.0\n")
+    b.write_text("[trainer.optim]\nlr = 5e-4\n")
+    tree, prov, dry = parse_argv(["@", str(a), "@", str(b), "--trainer.optim.max-norm", "0.5", "--dry-run"])
+    inf, orch, trainer = validate(RLConfig, tree, prov).split(prov)
+    assert trainer.optim.lr == 5e-4 and trainer.optim.max_norm == 0.5 and dry
+    assert trainer.max_steps == orch.max_steps == inf.max_steps == 3  # shared keys filled in
+    assert trainer.transport.address == orch.transport.address
+
+
+def run_rl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--trainer.optim.lrr", "1"], "trainer.optim.lrr: unknown key (command line)"),
+    (["--orchestrator.batch_size", "many"], "orchestrator.batch_size: Input should be a valid integer"),
+    (["--max_steps", "5", "--trainer.max_steps", "6"], "trainer.max_steps: conflicts with top-level max_steps = 5"),
+    (["@", "does-not-exist.toml"], "config file not found: does-not-exist.toml"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, expected):
+    r = run_rl(*args, "--dry-run")
+    assert r.returncode == 2
+    assert expected in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_error_names_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[orchestrator]\ngroup_size = 'eight'\n")
+    r = run_rl("@", str(bad), "--dry-run")
+    assert r.returncode == 2 and f"({bad})" in r.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("max_steps = = 3\n")
+    r = run_rl("@", str(broken), "--dry-run")
+    assert r.returncode == 2 and "invalid TOML" in r.stderr
+
+
+def test_dry_run_writes_configs_each_process_loads_alone(tmp_path):
+    out = tmp_path / "run"
+    r = run_rl("@", "configs/quickstart.toml", "--output_dir", str(out), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    for name, cls in (("inference", InferenceConfig), ("orchestrator", OrchestratorConfig), ("trainer", TrainerConfig)):
+        tree, prov, _ = parse_argv(["@", str(out / "configs" / f"{name}.toml")])
+        cfg = validate(cls, tree, prov)
+        assert Path(cfg.output_dir) == out
+        assert tomllib.loads((out / "configs" / f"{name}.toml").read_text())["model"] == "tiny"

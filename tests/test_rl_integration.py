@@ -1,0 +1,110 @@
+"""The real three processes on CPU: each started alone from the configs `rl --dry-run` writes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from transformers import AutoTokenizer
+
+from composer_prime.utils.chat import encode_chat
+
+from tests.conftest import ROOT, free_port
+
+STEPS = 30
+
+
+def rl_args(run: Path, *extra: str) -> list[str]:
+    return ["@", "configs/quickstart.toml", "--inference.engine", "hf", "--output_dir", str(run), "--max_steps", str(STEPS),
+            "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
+            "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96", *extra]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def probe(url: str, ids: list[int]) -> tuple[list[int], list[float]]:
+    r = httpx.post(f"{url}/inference/v1/generate", timeout=60,
+                   json={"token_ids": ids, "sampling_params": {"max_tokens": 12, "temperature": 1.0, "seed": 5}})
+    choice = r.json()["choices"][0]
+    return choice["token_ids"], [c["logprob"] for c in choice["logprobs"]["content"]]
+
+
+def test_three_processes_learn_on_held_out_tasks(tmp_path, tiny_model_dir):
+    run = tmp_path / "run"
+    py = sys.executable
+    dry = subprocess.run([py, "-m", "composer_prime.entrypoints.rl", *rl_args(run), "--dry-run"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    configs = run / "configs"
+    import tomllib
+
+    port = tomllib.loads((configs / "inference.toml").read_text())["port"]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = {"inference": subprocess.Popen([py, "-m", "composer_prime.entrypoints.inference", "@", str(configs / "inference.toml")],
+                                           cwd=ROOT, env=env, start_new_session=True)}
+    try:
+        for _ in range(240):
+            try:
+                httpx.get(f"{url}/health")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+        ids = encode_chat(tok, [{"role": "system", "content": "Reverse the letters."}, {"role": "user", "content": "h g c"}])
+        before = probe(url, ids)
+        for name in ("trainer", "orchestrator"):
+            procs[name] = subprocess.Popen([py, "-m", f"composer_prime.entrypoints.{name}", "@", str(configs / f"{name}.toml")],
+                                           cwd=ROOT, env=env, start_new_session=True)
+        assert procs["orchestrator"].wait(timeout=900) == 0
+        assert procs["trainer"].wait(timeout=120) == 0
+        assert httpx.get(f"{url}/health").json()["weight_version"] == STEPS
+        tokens, logprobs = probe(url, ids)  # same seed, new weights: new tokens or at least new log-probs
+        n = min(len(logprobs), len(before[1]))
+        assert tokens != before[0] or max(abs(a - b) for a, b in zip(logprobs[:n], before[1][:n])) > 1e-3
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+    trainer = rows(run / "trainer" / "metrics.jsonl")
+    assert [r["step"] for r in trainer] == list(range(STEPS))  # every batch reached the trainer once
+    assert all(r["trained_tokens"] > 0 for r in trainer)
+    evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
+    assert evals[0]["eval_version"] == 0 and evals[-1]["eval_version"] == STEPS
+    assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + 0.03, evals  # +0.07 typical at 30 steps
+
+
+def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, tiny_model_dir):
+    run = tmp_path / "run"
+    args = rl_args(run, "--max_steps", "10")
+    cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", *args]
+    rl = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = run / "trainer" / "metrics.jsonl"
+    deadline = time.time() + 600
+    while len(rows(metrics)) < 4 and time.time() < deadline and rl.poll() is None:
+        time.sleep(0.2)
+    assert len(rows(metrics)) >= 4
+    rank = subprocess.run(["pgrep", "-f", f"composer_prime.trainer.train @ {run}/configs/trainer.toml"],
+                          capture_output=True, text=True).stdout.split()
+    assert rank, "trainer rank process not found"
+    os.kill(int(rank[0]), signal.SIGKILL)
+    assert rl.wait(timeout=120) == 1
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
+    assert left == [], "orphan processes survived the launcher"
+    done_before = len(rows(metrics))
+
+    resumed = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resumed from" in (run / "logs" / "trainer.log").read_text()
+    steps = [r["step"] for r in rows(metrics)]
+    assert steps == list(range(10)), steps  # nothing repeated, nothing skipped
+    assert done_before < 10
+    assert (run / "report.md").exists() and (run / "reward.png").stat().st_size > 1000

@@ -1,0 +1,47 @@
+import msgpack
+import pytest
+
+from composer_prime.transports.batches.schema import Batch, Sample, SchemaError, decode, encode
+from composer_prime.transports.batches.zmq import BatchReceiver, BatchSender
+from tests.conftest import free_port
+
+
+def make_batch(step: int = 3) -> Batch:
+    s = Sample(input_ids=[1, 2, 3], sampling_logprobs=[0.0, -0.25, -1.5], advantages=[0.0, 0.75, 0.75],
+               channel_weights={"rl": [0.0, 1.0, 1.0]}, temperature=0.7, policy_version=2)
+    return Batch(step=step, samples=[s, s], metrics={"reward": 0.5})
+
+
+def test_zmq_round_trip_is_exact():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    receiver = BatchReceiver(address)
+    sender = BatchSender(address)
+    sent = make_batch()
+    sender.send(sent)
+    got = receiver.recv(timeout_s=10)
+    sender.close()
+    receiver.close()
+    assert got == sent
+    assert got.channel_token_counts() == {"rl": 4}
+
+
+def test_receiver_times_out_with_none():
+    receiver = BatchReceiver(f"tcp://127.0.0.1:{free_port()}")
+    assert receiver.recv(timeout_s=0.05) is None
+    receiver.close()
+
+
+def test_wrong_schema_version_and_garbage_are_rejected():
+    payload = msgpack.unpackb(encode(make_batch()))
+    payload["schema"] = 999
+    with pytest.raises(SchemaError, match="schema 999"):
+        decode(msgpack.packb(payload))
+    with pytest.raises(SchemaError):
+        decode(b"\x00not msgpack at all")
+    with pytest.raises(SchemaError, match="not a training batch"):
+        decode(msgpack.packb({"type": "hello"}))
+
+
+def test_misaligned_sample_is_rejected():
+    with pytest.raises(SchemaError, match="advantages has 2 entries for 3 tokens"):
+        Sample(input_ids=[1, 2, 3], sampling_logprobs=[0, 0, 0], advantages=[0, 0], channel_weights={})
