@@ -46,7 +46,7 @@ def _pump(name: str, proc: subprocess.Popen, log_path: Path) -> None:
             sys.stdout.flush()
 
 
-def stop(procs: dict[str, subprocess.Popen], grace_s: float = 15.0) -> None:
+def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # > the vLLM engine's own 30 s shutdown
     for p in procs.values():
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
