@@ -1,18 +1,13 @@
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
+from composer_prime.utils.net import free_port  # noqa: F401 - tests import it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

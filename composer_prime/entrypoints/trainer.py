@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 from composer_prime.config import TrainerConfig, load_or_exit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from composer_prime.utils.net import free_port
 
 
 def main(argv: list[str] | None = None) -> None:
