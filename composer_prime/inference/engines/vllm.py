@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from composer_prime.inference.engines.base import Generation, SamplingParams
+from composer_prime.utils.proc import die_with_parent
 
 READY_TIMEOUT_S = 600.0  # a cold start on a 2-core CPU box takes 65-110 s; a GPU with a big model more
 STOP_TIMEOUT_S = 30.0  # grace period between SIGTERM and SIGKILL
@@ -191,7 +192,8 @@ class VLLMEngine:
         with open(self.log_path, "ab") as log:
             # Own session => own process group, so stop() can kill vLLM and every process it forked.
             self._proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=die_with_parent(),  # backstop if this process is SIGKILLed
             )
         atexit.register(self._kill_now)  # no orphaned vLLM if the caller forgets stop() or crashes
 

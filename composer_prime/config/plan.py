@@ -1,0 +1,60 @@
+"""What `rl` starts: one resolved config per process, derived from one RLConfig.
+
+Usually three processes. `inference_replicas = N` adds inference servers on consecutive ports
+(the orchestrator spreads requests over all of them); with `[weight_broadcast] type =
+"shardcast"` the trainer runs the SHARDCAST origin, `relays = K` starts K local relays, every
+inference server pulls from the relays (or the origin when K = 0) and verifies each step
+against the trainer's public key, which `rl` creates under `<output_dir>/keys/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from composer_prime.config.loader import ConfigError
+from composer_prime.config.models import InferenceConfig, RelayConfig, RLConfig, WeightBroadcastConfig
+
+
+@dataclass
+class Process:
+    name: str  # "inference", "inference-1", "relay-0", ...: its config file and log are named after it
+    entrypoint: str  # module under composer_prime.entrypoints
+    config: BaseModel
+
+
+def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: tuple[int, Path] | None = None) -> list[Process]:
+    inf, orch, trainer = cfg.split(provenance)
+    if resume_from is not None:  # inference starts on the step the trainer continues from
+        inf = inf.model_copy(update={"weight_version": resume_from[0], "weights_path": resume_from[1]})
+    relays: list[RelayConfig] = []
+    wb = trainer.weight_broadcast
+    if wb.type == "shardcast":
+        from composer_prime.transports.weights.shardcast import load_or_create_key, public_hex
+
+        if wb.keep_last < orch.max_async_level + 1:  # a node one async window behind must still find its step
+            raise ConfigError(f"weight_broadcast.keep_last: {wb.keep_last} is below orchestrator.max_async_level + 1 "
+                              f"= {orch.max_async_level + 1}")
+
+        key_path = wb.key_path or Path(cfg.output_dir) / "keys" / "trainer.ed25519"
+        public = public_hex(load_or_create_key(key_path))
+        trainer = trainer.model_copy(update={"weight_broadcast": wb.model_copy(update={"key_path": key_path})})
+        origin = f"http://{wb.host}:{wb.port}"
+        relays = [RelayConfig(upstream=[origin], public_key=public, host=wb.host, port=wb.port + 1 + i,
+                              data_dir=Path(cfg.output_dir) / f"relay-{i}", keep_last=wb.keep_last)
+                  for i in range(cfg.relays)]
+        servers = [f"http://{r.host}:{r.port}" for r in relays] or [origin]
+        inf = InferenceConfig.model_validate({**inf.model_dump(), "weight_broadcast": WeightBroadcastConfig(
+            type="shardcast", servers=servers, public_key=public, keep_last=wb.keep_last).model_dump()})
+    infs = [inf.model_copy(update={"port": inf.port + i}) for i in range(cfg.inference_replicas)]
+    if len(infs) > 1:
+        urls = [f"http://{i.host}:{i.port}" for i in infs]
+        orch = orch.model_copy(update={"inference_urls": urls})
+        trainer = trainer.model_copy(update={"inference_urls": urls})
+    names = ["inference"] if len(infs) == 1 else [f"inference-{i}" for i in range(len(infs))]
+    return [*(Process(n, "inference", c) for n, c in zip(names, infs)),
+            Process("trainer", "trainer", trainer),
+            *(Process(f"relay-{i}", "relay", r) for i, r in enumerate(relays)),
+            Process("orchestrator", "orchestrator", orch)]

