@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from composer_prime.transports.weights.shardcast import Downloader, DownloadError, Origin, load_or_create_key, public_hex
 from composer_prime.transports.weights.shardcast.manifest import Manifest, sign
@@ -27,11 +28,12 @@ from tests.conftest import ROOT, free_port
 SHARD = 64 * 1024
 
 
-def make_step(root: Path, step: int, size: int = 300_000) -> Path:
+def make_step(root: Path, step: int, size: int = 300_000, weights: torch.Tensor | None = None) -> Path:
+    """A step directory as the trainer writes it; random weights of about `size` bytes unless given."""
     d = root / f"step_{step}"
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps({"model_type": "test", "hidden_size": 8}))
-    (d / "model.safetensors").write_bytes(os.urandom(size))
+    save_file({"w": torch.randn(size // 4) if weights is None else weights}, d / "model.safetensors")
     (d / "tokenizer.json").write_text('{"v": 1}')
     (d / "STABLE").write_text("x")
     return d
@@ -188,7 +190,7 @@ def test_relay_killed_mid_download_fails_over(tmp_path, origin, relays):
 
     async def go():
         m = (await dl.manifest(6))[0]
-        await dl.shards(m, dl.work_dir / "v6.incoming", on_shard=on_shard)
+        await dl.shards(m, dl.work_dir / "v6", on_shard=on_shard)
         return await dl.fetch(6, tmp_path / "got" / "step_6", manifest=m)
     dest = asyncio.run(go())
     assert relay.proc.returncode == -signal.SIGKILL and len(landed) == 5
@@ -199,7 +201,7 @@ def test_partial_download_resumes_with_a_byte_range(tmp_path, origin):
     src = make_step(tmp_path / "w", 8)
     origin.publish(8, src)
     dl = downloader(tmp_path, [origin.url], origin.public_key)
-    part = dl.work_dir / "v8.incoming" / "shard_00001.bin.part"
+    part = dl.work_dir / "v8" / "shard_00001.bin.part"
     part.parent.mkdir(parents=True)
     part.write_bytes((origin.store.root / "v8" / "shard_00001.bin").read_bytes()[:40_000])  # an interrupted attempt
     dest = fetch(dl, 8, tmp_path / "got" / "step_8")
@@ -334,7 +336,7 @@ def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
         store.write_distribution({1: ("a" * 64, 2)})
         (store.root / "v1" / "shard_00001.bin").write_bytes(b"first")
         store.changed()
-        url = f"http://127.0.0.1:{server.server.config.port}/v1"
+        url = f"http://127.0.0.1:{server.port}/v1"
         assert httpx.get(f"{url}/shard_00001.bin").content == b"first"
 
         async def go():
@@ -350,3 +352,89 @@ def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
         assert httpx.get(f"{url}/shard_00003.bin").status_code == 404  # not in the listing: refused at once
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- delta broadcast
+
+def consecutive_steps(root: Path, dtype: torch.dtype) -> tuple[Path, Path]:
+    """Two steps one small optimizer update apart (|update| ~ 1e-4 on weights ~ 0.05, as in the quickstart)."""
+    torch.manual_seed(0)
+    w = torch.randn(200_000) * 0.05
+    return (make_step(root, 1, weights=w.to(dtype)),
+            make_step(root, 2, weights=(w + 1e-4 * torch.randn_like(w).sign()).to(dtype)))
+
+
+def test_a_node_holding_the_previous_step_fetches_only_the_delta(tmp_path, origin):
+    a, b = consecutive_steps(tmp_path / "w", torch.bfloat16)
+    origin.publish(1, a)
+    m2 = origin.publish(2, b)
+    assert m2.delta is not None and m2.delta.base_step == 1 and m2.delta.stride == 2
+    assert m2.delta.size * 3 <= m2.total_size  # every weight moved by 1e-4 here; real trainer steps: see benchmarks/broadcast.py
+
+    dl = downloader(tmp_path, [origin.url], origin.public_key)
+
+    async def go():
+        await dl.fetch(1, tmp_path / "got" / "step_1")
+        before = dl.stats["bytes"]
+        await dl.fetch(2, tmp_path / "got" / "step_2")
+        await dl.close()
+        return dl.stats["bytes"] - before
+    fetched = asyncio.run(go())
+    assert dl.stats["delta_steps"] == 1 and fetched == m2.delta.size
+    assert same_files(b, tmp_path / "got" / "step_2")
+
+
+def test_a_chain_of_deltas_stays_exact(tmp_path, origin):
+    torch.manual_seed(1)
+    w = torch.randn(50_000)
+    steps = []
+    for step in range(1, 5):
+        w = w + 1e-3 * torch.randn_like(w)
+        steps.append(make_step(tmp_path / "w", step, weights=w.clone()))
+        origin.publish(step, steps[-1])
+    dl = downloader(tmp_path, [origin.url], origin.public_key)
+
+    async def go():
+        for step in range(2, 5):  # joins at step 2: full, then two deltas, each rebuilt on the last
+            await dl.fetch(step, tmp_path / "got" / f"step_{step}")
+        await dl.close()
+    asyncio.run(go())
+    assert dl.stats["delta_steps"] == 2
+    assert same_files(steps[-1], tmp_path / "got" / "step_4")
+
+
+def test_a_corrupt_delta_falls_back_to_the_full_step(tmp_path, origin):
+    a, b = consecutive_steps(tmp_path / "w", torch.float32)
+    origin.publish(1, a)
+    m2 = origin.publish(2, b)
+    bad = origin.store.root / "v2" / m2.delta.name
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    dl = downloader(tmp_path, [origin.url], origin.public_key, rounds=1)
+
+    async def go():
+        await dl.fetch(1, tmp_path / "got" / "step_1")
+        await dl.fetch(2, tmp_path / "got" / "step_2")
+        await dl.close()
+    asyncio.run(go())
+    assert dl.stats["delta_failed"] == 1 and dl.stats["bad_shard"] == 1 and dl.stats["delta_steps"] == 0
+    assert same_files(b, tmp_path / "got" / "step_2")
+
+
+def test_relay_carries_the_delta(tmp_path, origin, relays):
+    a, b = consecutive_steps(tmp_path / "w", torch.bfloat16)
+    origin.publish(1, a)
+    relay = relays([origin.url], origin.public_key, "relay")
+    relay.wait_step(1)
+    m2 = origin.publish(2, b)
+    relay.wait_step(2)
+    assert (relay.dir / "v2" / m2.delta.name).read_bytes() == (origin.store.root / "v2" / m2.delta.name).read_bytes()
+    dl = downloader(tmp_path, [relay.url], origin.public_key)
+
+    async def go():
+        await dl.fetch(1, tmp_path / "got" / "step_1")
+        await dl.fetch(2, tmp_path / "got" / "step_2")
+        await dl.close()
+    asyncio.run(go())
+    assert dl.stats["delta_steps"] == 1 and same_files(b, tmp_path / "got" / "step_2")

@@ -44,6 +44,8 @@ class WeightBroadcastConfig(Strict):
     host: str = "127.0.0.1"
     port: int = 8100
     shard_size: int = 50_000_000  # bytes; SHARDCAST's default
+    delta: bool = True  # also publish step N as a compressed XOR against step N-1 when that is smaller
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # dtype of the published weights (auto: as trained)
     key_path: Path | None = None  # ed25519 signing key; default <output_dir>/keys/trainer.ed25519
     # shardcast, inference side
     servers: CommaList = Field(default_factory=list)  # relays and/or the origin, e.g. ["http://relay:8200"]
@@ -107,6 +109,9 @@ class OrchestratorConfig(Shared):
     batch_size: int = 64  # rollouts per trainer step (after dynamic sampling)
     group_size: int = 8  # completions per task
     advantage: Literal["drgrpo", "grpo"] = "drgrpo"
+    overlong_max: int = Field(0, ge=0)  # DAPO overlong shaping L_max in tokens; 0 = off
+    overlong_cache: int = Field(4, ge=1)  # DAPO L_cache: the soft band below L_max
+    length_penalty: float = 0.0  # reward -= length_penalty * completion_tokens / sampling.max_tokens
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
     max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
     max_concurrency: int = 32
@@ -130,9 +135,18 @@ class OptimConfig(Strict):
 
 
 class RLLossConfig(Strict):
+    """The `rl` channel; formulas in trainer/loss/rl.py and docs/algorithms.md."""
+
     eps_low: float = 0.2
     eps_high: float = 0.28  # DAPO clip-higher
-    is_cap: float = 2.0  # truncated importance weight min(pi_old/mu, C), detached
+    norm: Literal["token", "sequence", "constant"] = "token"  # DAPO token mean | GRPO sequence mean | Dr.GRPO constant
+    norm_constant: int = Field(128, ge=1)  # tokens per sequence for norm = "constant" (the generation budget)
+    off_policy: Literal["tis", "mask", "none"] = "tis"  # correction against the sampler's log-probs
+    is_cap: float = 2.0  # tis: min(pi_old/mu, is_cap), detached
+    mask_low: float = 0.5  # mask: keep tokens with mask_low <= pi_old/mu <= mask_high
+    mask_high: float = 2.0
+    two_sided_delta: float | None = None  # INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); off by default
+    kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
 
 
 class LossConfig(Strict):
@@ -156,6 +170,20 @@ class TrainerConfig(Shared):
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
     resume: bool = False
+
+
+# ---------------------------------------------------------------- sft
+class SFTConfig(Strict):
+    """`uv run sft`: answer-only cross-entropy on a JSONL of chat examples."""
+
+    model: str = "tiny"
+    data: Path  # JSONL: {"messages": [..., {"role": "assistant", "content": ...}]}
+    output_dir: Path = Path("outputs/sft")
+    max_steps: int = Field(100, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = 1e-4
+    warmup_steps: int = 10
+    seed: int = 0
 
 
 # ---------------------------------------------------------------- rl (all three)

@@ -20,7 +20,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from composer_prime.model.tokenizer import build_tokenizer
-from composer_prime.utils.chat import encode_chat
+from composer_prime.trainer.sft import encode_example, pad_batch
 
 ARCH = dict(
     hidden_size=128,
@@ -59,26 +59,18 @@ def build_random(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Qwen3ForC
 
 
 def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
-    rows, masks = [], []
+    rows = []
     for _ in range(SFT["batch_size"]):
         seq = [rng.choice(SFT["alphabet"]) for _ in range(rng.randint(SFT["min_len"], SFT["max_len"]))]
-        prompt = encode_chat(tok, [{"role": "system", "content": "Reverse the letters."},
-                                    {"role": "user", "content": " ".join(seq)}])
-        answer = tok.encode(" ".join(reversed(seq)), add_special_tokens=False) + [tok.eos_token_id]
-        rows.append(prompt + answer)
-        masks.append([0] * len(prompt) + [1] * len(answer))
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tok.pad_token_id)
-    mask = torch.zeros((len(rows), width))
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
-    return ids, mask
+        rows.append(encode_example(tok, [{"role": "system", "content": "Reverse the letters."},
+                                         {"role": "user", "content": " ".join(seq)},
+                                         {"role": "assistant", "content": " ".join(reversed(seq))}]))
+    return pad_batch(rows, tok.pad_token_id)
 
 
 def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print) -> None:
-    """Answer-only cross-entropy on the reverse-text task; stops short of mastery on purpose."""
-    from composer_prime.trainer.loss.ce import token_logprobs
+    """Answer-only cross-entropy (the trainer's `ce` channel) on the reverse-text task; stops short of mastery."""
+    from composer_prime.trainer.sft import sft_step
 
     rng = random.Random(SFT["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
@@ -86,17 +78,10 @@ def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / steps))
     start = time.time()
     for step in range(SFT["steps"]):
-        ids, mask = _sft_batch(tok, rng)
-        logits = model(input_ids=ids).logits
-        lp = token_logprobs(logits[:, :-1], ids[:, 1:])
-        m = mask[:, 1:]
-        loss = -(lp * m).sum() / m.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = sft_step(model, opt, *_sft_batch(tok, rng))
         sched.step()
         if step % 50 == 0 or step == SFT["steps"] - 1:
-            log(f"[tiny-model] sft step {step + 1}/{SFT['steps']} loss {loss.item():.3f} ({time.time() - start:.0f}s)")
+            log(f"[tiny-model] sft step {step + 1}/{SFT['steps']} loss {loss:.3f} ({time.time() - start:.0f}s)")
 
 
 def ensure_tiny_model(log=print) -> Path:

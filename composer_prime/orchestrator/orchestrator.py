@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from transformers import AutoTokenizer
 
 from composer_prime.config import OrchestratorConfig, load_or_exit
 from composer_prime.model.resolve import resolve_model
-from composer_prime.orchestrator.advantages import group_advantages, has_spread
+from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.envs import load_tasks
 from composer_prime.orchestrator.rollouts import group
@@ -67,8 +68,8 @@ class Orchestrator:
                                                   cfg.group_size, seed, self.sem) for i, seed in draws))
             for g in groups:
                 stats["groups"] += 1
-                rewards = [r.reward for r in g]
-                stats["rewards"].extend(rewards)
+                stats["rewards"].extend(r.reward for r in g)
+                rewards = [self.shaped(r) for r in g]
                 tokens += sum(len(r.completion.token_ids) for r in g)
                 if min(r.completion.weight_version for r in g) < step - cfg.max_async_level:
                     stats["stale"] += len(g)
@@ -77,13 +78,16 @@ class Orchestrator:
                 else:
                     kept.append(g)
         gen_s = time.time() - start
-        samples = []
+        samples, advantages = [], []
         for g in kept[:n_groups]:
-            for r, a in zip(g, group_advantages([r.reward for r in g], cfg.advantage)):
+            for r, a in zip(g, group_advantages([self.shaped(r) for r in g], cfg.advantage)):
                 samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
+                advantages.append(a)
         rewards = stats.pop("rewards")
         info = {
             "reward": sum(rewards) / max(1, len(rewards)),
+            "adv_abs_mean": sum(map(abs, advantages)) / max(1, len(advantages)),
+            "adv_std": statistics.pstdev(advantages) if advantages else 0.0,
             "gen_s": gen_s,
             "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
             "rollouts": len(rewards),
@@ -91,6 +95,11 @@ class Orchestrator:
             **stats,
         }
         return Batch(step=step, samples=samples, metrics={"reward": info["reward"]}), info
+
+    def shaped(self, r) -> float:
+        c = self.cfg
+        return shape_reward(r.reward, len(r.completion.token_ids), c.overlong_max, c.overlong_cache, c.length_penalty,
+                            c.sampling.max_tokens)
 
     def record(self, row: dict) -> None:
         with self.metrics_path.open("a") as f:
@@ -114,7 +123,9 @@ class Orchestrator:
             version = await self.client.wait_version(step - cfg.max_async_level)
             row: dict = {"step": step, "time": time.time()}
             if step == start or step % cfg.eval.interval == 0:
+                t_eval = time.time()
                 row["eval_reward"], row["eval_version"] = await self.evaluate()
+                row["eval_s"] = time.time() - t_eval
             batch, info = await self.collect(step)
             if not batch.samples:
                 log(f"step {step}: every group was flat or stale; sending an empty batch")
@@ -125,8 +136,10 @@ class Orchestrator:
             log(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
                 f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
         final = await self.client.wait_version(cfg.max_steps)
+        t_eval = time.time()
         reward, version = await self.evaluate()
-        self.record({"step": cfg.max_steps, "time": time.time(), "eval_reward": reward, "eval_version": version})
+        self.record({"step": cfg.max_steps, "time": time.time(), "eval_reward": reward, "eval_version": version,
+                     "eval_s": time.time() - t_eval})
         log(f"final held-out reward {reward:.3f} at weights v{final}")
         sender.close()
         await self.client.close()

@@ -23,6 +23,7 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, T-1]
     temperature: torch.Tensor  # [B, 1]
     channel_weights: dict[str, torch.Tensor]  # each [B, T-1]
+    aux: dict[str, torch.Tensor]  # each [B, T-1]: per-token extras (e.g. teacher log-probs)
 
     @property
     def num_tokens(self) -> int:
@@ -73,4 +74,6 @@ def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBat
             c: shifted(pad([s.channel_weights.get(c, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
             for c in channels
         },
+        aux={k: shifted(pad([s.aux.get(k, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
+             for k in sorted({k for s in samples for k in s.aux})},
     )

@@ -18,7 +18,7 @@ from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
-from composer_prime.trainer.loss import token_logprobs, total_loss
+from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports.batches.zmq import BatchReceiver
@@ -58,16 +58,17 @@ def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: in
     state = full_state_dict(model)  # collective: every rank takes part
     if publisher is not None:
         root = Path(cfg.output_dir) / "weights"
-        path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings)
+        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.weight_broadcast.dtype]
+        path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings, dtype)
         publisher.publish(step, path)
         filesystem.prune(root, cfg.weight_broadcast.keep_last)
     dist.barrier()
 
 
-def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int) -> dict[str, float]:
+def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_model=None) -> dict[str, float]:
     world, rank = dist.get_world_size(), dist.get_rank()
-    counts = batch.channel_token_counts()
-    channels = sorted(counts)
+    counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
+    channels = sorted(counts.tokens)
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
@@ -76,15 +77,22 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int) -> d
     tokens = 0
     for samples in micro_batches:
         mb = collate(samples, pad_id, channels)
+        targets = mb.input_ids[:, 1:]
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
-        lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
-        loss, stats = total_loss(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, mb.channel_weights, counts, cfg.loss)
+        lp = token_logprobs(logits, targets, mb.temperature)
+        aux = dict(mb.aux)
+        if ref_model is not None:  # the frozen initial policy, for the k3 KL term
+            with torch.no_grad():
+                aux["ref_logprobs"] = token_logprobs(ref_model(input_ids=mb.input_ids).logits[:, :-1], targets, mb.temperature)
+        # One optimizer step per batch, so pi_old is the current policy, detached.
+        inputs = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, aux)
+        loss, stats = total_loss(inputs, mb.channel_weights, counts, cfg.loss)
         # FSDP2 averages gradients over ranks; each rank's loss is a share of a global sum, so undo the mean.
         (loss * world).backward()
         with torch.no_grad():
             mask = sum(mb.channel_weights.values()) != 0
             probs = torch.softmax(logits.float() / mb.temperature, -1)
-            stats["entropy"] = (-(probs * torch.log(probs + 1e-12)).sum(-1) * mask).sum() / max(1, sum(counts.values()))
+            stats["entropy"] = (-(probs * torch.log(probs + 1e-12)).sum(-1) * mask).sum() / max(1, sum(counts.tokens.values()))
         for k, v in stats.items():
             sums[k] = sums.get(k, 0) + v.detach().float()
         tokens += int(mask.sum())
@@ -114,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = box[0]
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
+    ref_model = None
+    if cfg.loss.rl.kl_coef > 0:  # frozen copy of the initial weights, sharded the same way
+        ref_model = shard(load_model(model_dir)).requires_grad_(False).eval()
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
@@ -138,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     for step in range(start, cfg.max_steps):
         batch = receive(receiver, step)
         t0 = time.time()
-        metrics = train_step(cfg, model, optim, batch, pad_id)
+        metrics = train_step(cfg, model, optim, batch, pad_id, ref_model)
+        metrics["tokens_per_s"] = metrics["trained_tokens"] / max(time.time() - t0, 1e-9)
         compute_s = time.time() - t0
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.

@@ -26,11 +26,13 @@ class Sample:
     channel_weights: dict[str, list[float]]  # e.g. {"rl": [0, 0, 1, 1]}; 0 = not in this channel
     temperature: float = 1.0
     policy_version: int = 0
+    aux: dict[str, list[float]] = field(default_factory=dict)  # per-token extras a channel needs (teacher log-probs)
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
         lists = {"sampling_logprobs": self.sampling_logprobs, "advantages": self.advantages}
         lists |= {f"channel_weights.{k}": v for k, v in self.channel_weights.items()}
+        lists |= {f"aux.{k}": v for k, v in self.aux.items()}
         for name, values in lists.items():
             if len(values) != n:
                 raise SchemaError(f"{name} has {len(values)} entries for {n} tokens")
@@ -48,6 +50,14 @@ class Batch:
         for s in self.samples:
             for ch, w in s.channel_weights.items():
                 counts[ch] = counts.get(ch, 0) + sum(1 for x in w if x != 0)
+        return counts
+
+    def channel_sequence_counts(self) -> dict[str, int]:
+        """Samples with any non-zero weight per channel: the normaliser of sequence-level objectives."""
+        counts: dict[str, int] = {}
+        for s in self.samples:
+            for ch, w in s.channel_weights.items():
+                counts[ch] = counts.get(ch, 0) + int(any(x != 0 for x in w))
         return counts
 
 

@@ -27,14 +27,18 @@ def latest_stable(root: Path) -> tuple[int, Path] | None:
     return max(steps) if steps else None
 
 
-def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model_dir: Path, tied: bool) -> Path:
-    """Write the full weights as safetensors plus the model's config and tokenizer files."""
+def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model_dir: Path, tied: bool,
+               dtype: torch.dtype | None = None) -> Path:
+    """Write the full weights as safetensors (cast to `dtype` if given) plus the model's config and
+    tokenizer files. The safetensors bytes depend on the weights only (the step is in the marker),
+    so consecutive steps have the same layout and a delta between them stays small."""
     out = step_dir(root, step)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tensors = {k: v.detach().contiguous() for k, v in state_dict.items() if not (tied and k == "lm_head.weight")}
-    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
+    tensors = {k: v.detach().to(dtype or v.dtype).contiguous() for k, v in state_dict.items()
+               if not (tied and k == "lm_head.weight")}
+    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
     for name in os.listdir(model_dir):  # config, generation config, tokenizer: everything but weights
         if not name.endswith((".safetensors", ".bin", ".json.index")) and (model_dir / name).is_file() and name != MARKER:
             shutil.copy2(model_dir / name, tmp / name)

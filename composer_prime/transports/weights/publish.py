@@ -38,7 +38,8 @@ class ShardcastPublisher:
 
         wb = cfg.weight_broadcast
         key = load_or_create_key(wb.key_path or Path(cfg.output_dir) / "keys" / "trainer.ed25519")
-        self.origin = Origin(Path(cfg.output_dir) / "shardcast", key, wb.host, wb.port, wb.shard_size, wb.keep_last).start()
+        self.origin = Origin(Path(cfg.output_dir) / "shardcast", key, wb.host, wb.port, wb.shard_size, wb.keep_last,
+                             delta=wb.delta).start()
         self.urls, self.last = cfg.inference_urls, -1
 
     def publish(self, step: int, path: Path) -> None:

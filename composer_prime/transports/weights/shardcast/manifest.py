@@ -32,12 +32,24 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class Delta:
+    """`name` turns the payload of `base_step` into this step's payload (see payload.encode_delta)."""
+
+    base_step: int
+    name: str  # e.g. "delta_from_00041.bin"
+    size: int
+    blake3: str
+    stride: int  # bytes per weight element: 2 for bf16, 4 for fp32
+
+
+@dataclass(frozen=True)
 class Manifest:
     step: int
     model_hash: str  # blake3 of the model's config.json: a step for another model is refused
     total_size: int
     total_blake3: str  # the same value SHARDCAST's distribution.txt carries
     shards: tuple[Shard, ...]
+    delta: Delta | None = None
     format: str = FORMAT
 
     def to_bytes(self) -> bytes:
@@ -51,7 +63,9 @@ class Manifest:
             if body.get("format") != FORMAT:
                 raise VerificationError(f"unknown manifest format {body.get('format')!r}")
             shards = tuple(Shard(**s) for s in body.pop("shards"))
-            m = cls(shards=shards, **body)
+            delta = Delta(**body.pop("delta")) if body.get("delta") else None
+            body.pop("delta", None)
+            m = cls(shards=shards, delta=delta, **body)
         except (ValueError, TypeError, KeyError) as e:
             raise VerificationError(f"malformed manifest: {e}") from None
         if sum(s.size for s in m.shards) != m.total_size:

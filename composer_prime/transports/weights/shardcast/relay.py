@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
+from composer_prime.transports.weights.shardcast.manifest import Shard
 from composer_prime.transports.weights.shardcast.store import MANIFEST, SIGNATURE, Store, version_name
 
 
@@ -31,6 +32,11 @@ class Relay:
         vdir.mkdir(parents=True, exist_ok=True)
         (vdir / MANIFEST).write_bytes(raw)
         (vdir / SIGNATURE).write_bytes(sig)
+        if (d := manifest.delta) is not None:  # small: have it before listing, nodes that hold the base want it first
+            try:
+                await self.downloader.fetch_file(step, 0, Shard(d.name, d.size, d.blake3), vdir)
+            except DownloadError as e:
+                self.log(f"[relay] step {step}: no delta ({e}); nodes will fetch the full step")
         entries = self.store.distribution()
         entries[step] = (manifest.total_blake3, len(manifest.shards))
         self.store.write_distribution(entries)  # listed now: downstream may start while shards stream in
@@ -57,16 +63,12 @@ class Relay:
 
 
 async def serve(relay: Relay, host: str, port: int) -> None:
-    """Serve the relay's store over HTTP while it mirrors upstream; returns when the server stops."""
-    import uvicorn
+    """Serve the relay's store over HTTP while it mirrors upstream; runs until cancelled."""
+    from composer_prime.transports.weights.shardcast.store import build_app, start_site
 
-    from composer_prime.transports.weights.shardcast.store import build_app
-
-    server = uvicorn.Server(uvicorn.Config(build_app(relay.store, "shardcast-relay"), host=host, port=port,
-                                           log_level="warning"))
-    mirror = asyncio.create_task(relay.run())
+    runner = await start_site(build_app(relay.store, "shardcast-relay"), host, port)
     try:
-        await server.serve()
+        await relay.run()
     finally:
-        mirror.cancel()
+        await runner.cleanup()
         await relay.downloader.close()

@@ -6,6 +6,7 @@ Layout (the `shardcast` package's, plus our signed manifest beside the shards):
     data1.bin                    a small file SHARDCAST clients download to probe a server
     vN/shard_00001.bin ...       the payload of step N, cut in shards
     vN/manifest.json, .sig       the trainer-signed manifest (ours; SHARDCAST ignores them)
+    vN/delta_from_M.bin          optional: step N as a compressed XOR against step M (ours)
 
 Routes: every file above (GET/HEAD, byte ranges for resumed downloads), `/latest?after=N&wait=S`
 (long-poll: answers as soon as a step newer than N is listed, or after S seconds), `/health`.
@@ -16,7 +17,6 @@ rather than refused, so relays pass shards on as soon as they are verified.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import re
@@ -24,16 +24,12 @@ import shutil
 import threading
 from pathlib import Path
 
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from aiohttp import web
 
 DISTRIBUTION = "distribution.txt"
 PROBE = "data1.bin"
 MANIFEST, SIGNATURE = "manifest.json", "manifest.sig"
-SERVED = re.compile(r"distribution\.txt|data1\.bin|v\d+/(shard_\d{5}\.bin|manifest\.json|manifest\.sig)")
+SERVED = re.compile(r"distribution\.txt|data1\.bin|v\d+/(shard_\d{5}\.bin|delta_from_\d{5}\.bin|manifest\.json|manifest\.sig)")
 LINE = re.compile(r"^v(\d+):\s*([0-9a-f]{64})\|(\d+)$")
 SHARD_WAIT_S = 60.0
 MAX_POLL_S = 60.0
@@ -116,65 +112,88 @@ class Store:
             return predicate()
 
 
-def build_app(store: Store, name: str = "shardcast") -> Starlette:
+def build_app(store: Store, name: str = "shardcast") -> web.Application:
+    """aiohttp, not Starlette: its file responses use sendfile and its client reads ~10x faster
+    than httpx here (1.9 GB/s against 0.13 GB/s on loopback for one 200 MB shard)."""
     root = store.root
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette):
+    async def bind(_: web.Application) -> None:
         store.bind(asyncio.get_running_loop())  # writers in other threads wake waiters through this loop
-        yield
 
-    async def health(_: Request) -> Response:
-        return JSONResponse({"status": "ok", "role": name, "latest": store.latest()})
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "role": name, "latest": store.latest()})
 
-    async def latest(request: Request) -> Response:
-        after = int(request.query_params.get("after", -1))
-        wait = min(float(request.query_params.get("wait", 0)), MAX_POLL_S)
+    async def latest(request: web.Request) -> web.Response:
+        after = int(request.query.get("after", -1))
+        wait = min(float(request.query.get("wait", 0)), MAX_POLL_S)
         await store.wait_for(lambda: store.latest() > after, wait)
-        return JSONResponse({"latest": store.latest(), "steps": sorted(store.distribution())})
+        return web.json_response({"latest": store.latest(), "steps": sorted(store.distribution())})
 
-    async def file(request: Request) -> Response:
-        rel = request.path_params["path"]
+    async def file(request: web.Request) -> web.StreamResponse:
+        rel = request.match_info["path"]
         if not SERVED.fullmatch(rel):  # only the layout above: never .part files, work dirs or keys
-            return PlainTextResponse("not found", status_code=404)
+            return web.Response(status=404, text="not found")
         path = root / rel
         if not path.is_file():
             m = re.fullmatch(r"v(\d+)/shard_(\d{5})\.bin", rel)
             listed = store.distribution().get(int(m[1])) if m else None
             if not (listed and 1 <= int(m[2]) <= listed[1]):
-                return PlainTextResponse("not found", status_code=404)
+                return web.Response(status=404, text="not found")
             if not await store.wait_for(path.is_file, SHARD_WAIT_S):  # listed but still arriving on this relay
-                return PlainTextResponse("shard not available yet", status_code=503)
+                return web.Response(status=503, text="shard not available yet")
         if rel == DISTRIBUTION:
             body = path.read_bytes()
             etag = f'"{hashlib.sha256(body).hexdigest()[:16]}"'
-            if request.headers.get("if-none-match") == etag:
-                return Response(status_code=304, headers={"etag": etag})
-            return Response(body, media_type="text/plain", headers={"etag": etag, "cache-control": "no-cache"})
-        return FileResponse(path, media_type="application/octet-stream")
+            if request.headers.get("If-None-Match") == etag:
+                return web.Response(status=304, headers={"ETag": etag})
+            return web.Response(body=body, content_type="text/plain", headers={"ETag": etag, "Cache-Control": "no-cache"})
+        return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
-    return Starlette(routes=[Route("/health", health), Route("/latest", latest),
-                             Route("/{path:path}", file, methods=["GET", "HEAD"])], lifespan=lifespan)
+    app = web.Application()
+    app.on_startup.append(bind)
+    app.router.add_get("/health", health)
+    app.router.add_get("/latest", latest)
+    app.router.add_get("/{path:.*}", file)  # GET and HEAD
+    return app
+
+
+async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)  # don't wait out held long-polls
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
 
 
 class ServerThread:
-    """Serve a Store from a background thread (the origin inside the trainer process)."""
+    """Serve a Store from a background thread with its own event loop (the origin inside the trainer)."""
 
     def __init__(self, store: Store, host: str, port: int, name: str) -> None:
-        config = uvicorn.Config(build_app(store, name), host=host, port=port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name=f"{name}-http", daemon=True)
+        self.app, self.host, self.port = build_app(store, name), host, port
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"{name}-http", daemon=True)
+        self.runner: web.AppRunner | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         self.thread.start()
-        for _ in range(int(timeout * 20)):
-            if self.server.started:
-                return
-            if not self.thread.is_alive():
-                raise RuntimeError(f"{self.thread.name} failed to start (port in use?)")
-            threading.Event().wait(0.05)
-        raise RuntimeError(f"{self.thread.name} did not start in {timeout:.0f}s")
+        future = asyncio.run_coroutine_threadsafe(start_site(self.app, self.host, self.port), self.loop)
+        try:
+            self.runner = future.result(timeout)
+        except OSError as e:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            raise RuntimeError(f"{self.thread.name} cannot listen on {self.host}:{self.port}: {e}") from None
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        async def shutdown() -> None:
+            if self.runner is not None:
+                await self.runner.cleanup()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:  # held long-polls: end them rather than leave them pending
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(15)
+        except TimeoutError:
+            pass  # the loop stops below anyway; its daemon thread dies with the process
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)

@@ -1,0 +1,101 @@
+"""`uv run sft @ sft.toml`: supervised fine-tuning with the trainer's `ce` channel.
+
+Data: a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`; the loss is on the
+last assistant message only (the prompt is context). One process, no FSDP: SFT here is the
+warm start of small models (the tiny default uses `sft_step`); the RL trainer is the big-model
+path. Writes a Hugging Face model directory (safetensors + tokenizer) to `output_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from composer_prime.config import SFTConfig, load_or_exit
+from composer_prime.config.models import LossConfig
+from composer_prime.model.resolve import resolve_model
+from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
+from composer_prime.utils.chat import encode_chat
+
+CE_ONLY = LossConfig(weights={"ce": 1.0})
+
+
+def sft_step(model, optim, ids: torch.Tensor, answer_mask: torch.Tensor) -> float:
+    """One step of answer-only cross-entropy through the trainer's loss channels; returns the loss."""
+    lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
+    w = answer_mask[:, 1:]
+    zeros = torch.zeros_like(lp)
+    loss, _ = total_loss(LossInputs(lp, lp.detach(), zeros, zeros), {"ce": w},
+                         Counts({"ce": int(w.sum())}, {"ce": ids.shape[0]}), CE_ONLY)
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+    return loss.item()
+
+
+def encode_example(tok: PreTrainedTokenizerBase, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """(token ids, answer mask): the last message must be the assistant's."""
+    if not messages or messages[-1].get("role") != "assistant":
+        raise ValueError("the last message must be the assistant's answer")
+    prompt = encode_chat(tok, messages[:-1])
+    answer = tok.encode(messages[-1]["content"], add_special_tokens=False) + [tok.eos_token_id]
+    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+
+
+def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), width), pad_id)
+    mask = torch.zeros((len(rows), width))
+    for i, (r, m) in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, mask
+
+
+def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int], list[int]]]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(encode_example(tok, json.loads(line)["messages"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}:{n}: not a chat example ({e})") from None
+    if not rows:
+        raise SystemExit(f"{path}: no examples")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, dry_run = load_or_exit(SFTConfig, sys.argv[1:] if argv is None else argv)
+    if dry_run:
+        return
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(1)
+    path = resolve_model(cfg.model, lambda m: print(f"[sft] {m}", flush=True))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    data = read_jsonl(cfg.data, tok)
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+    rng, start = random.Random(cfg.seed), time.time()
+    for step in range(cfg.max_steps):
+        ids, mask = pad_batch([rng.choice(data) for _ in range(cfg.batch_size)], tok.pad_token_id or 0)
+        loss = sft_step(model, optim, ids, mask)
+        sched.step()
+        if step % 10 == 0 or step == cfg.max_steps - 1:
+            print(f"[sft] step {step + 1}/{cfg.max_steps} loss {loss:.4f} ({time.time() - start:.0f}s)", flush=True)
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(cfg.output_dir)
+    tok.save_pretrained(cfg.output_dir)
+    print(f"[sft] wrote {cfg.output_dir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
