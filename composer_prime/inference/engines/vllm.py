@@ -49,6 +49,7 @@ def _cuda_available() -> bool:
 def _port_is_free(port: int) -> bool:
     # If something already listens there, /health would answer for *it* and we'd talk to the wrong server.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closed port in TIME_WAIT is free
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
