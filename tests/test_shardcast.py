@@ -1,105 +1,21 @@
-"""SHARDCAST weight broadcast: layout, signatures, failover, resume, retention, and interop with
-the real `shardcast==0.3.2` package in both directions. None of these loads unverified weights."""
+"""SHARDCAST weight broadcast: layout, signatures, failover, resume, retention, long-poll.
+None of these loads unverified weights. Interop with `shardcast` and the delta: sibling modules."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
-import subprocess
-import sys
-import tarfile
-import time
-from pathlib import Path
 
 import httpx
 import pytest
-import torch
-from safetensors.torch import save_file
 
-from composer_prime.transports.weights.shardcast import Downloader, DownloadError, Origin, load_or_create_key, public_hex
+from composer_prime.transports.weights.shardcast import DownloadError, Origin, load_or_create_key, public_hex
 from composer_prime.transports.weights.shardcast.manifest import Manifest, sign
-from composer_prime.transports.weights.shardcast.payload import file_blake3
 from composer_prime.transports.weights.shardcast.store import parse_distribution
 
-from tests.conftest import ROOT, free_port
-
-SHARD = 64 * 1024
-
-
-def make_step(root: Path, step: int, size: int = 300_000, weights: torch.Tensor | None = None) -> Path:
-    """A step directory as the trainer writes it; random weights of about `size` bytes unless given."""
-    d = root / f"step_{step}"
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"model_type": "test", "hidden_size": 8}))
-    save_file({"w": torch.randn(size // 4) if weights is None else weights}, d / "model.safetensors")
-    (d / "tokenizer.json").write_text('{"v": 1}')
-    (d / "STABLE").write_text("x")
-    return d
-
-
-def same_files(a: Path, b: Path) -> bool:
-    names = sorted(p.name for p in a.iterdir() if p.name != "STABLE")
-    return names == sorted(p.name for p in b.iterdir() if p.name != "STABLE") and all(
-        (a / n).read_bytes() == (b / n).read_bytes() for n in names)
-
-
-@pytest.fixture
-def origin(tmp_path):
-    key = load_or_create_key(tmp_path / "keys" / "trainer.ed25519")
-    o = Origin(tmp_path / "origin", key, port=free_port(), shard_size=SHARD, keep_last=3).start()
-    o.public_key = public_hex(key)
-    yield o
-    o.stop()
-
-
-def downloader(tmp_path: Path, servers: list[str], key: str, name: str = "client", **kw) -> Downloader:
-    return Downloader(servers, key, tmp_path / name / "work", log=lambda m: None, **kw)
-
-
-def fetch(dl: Downloader, step: int, dest: Path, **kw) -> Path:
-    async def go():
-        try:
-            return await dl.fetch(step, dest, **kw)
-        finally:
-            await dl.close()
-    return asyncio.run(go())
-
-
-class RelayProc:
-    """Our relay as a real process (`relay` entrypoint)."""
-
-    def __init__(self, tmp: Path, upstream: list[str], key: str, name: str) -> None:
-        self.port = free_port()
-        self.dir = tmp / name
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "composer_prime.entrypoints.relay", "--upstream", ",".join(upstream),
-             "--public_key", key, "--port", str(self.port), "--data_dir", str(self.dir), "--poll_wait_s", "5"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def wait_step(self, step: int, timeout: float = 60) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if (self.dir / f"v{step}" / "complete").exists():
-                return
-            assert self.proc.poll() is None, "relay died"
-            time.sleep(0.1)
-        raise TimeoutError(f"relay did not mirror step {step}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-
-@pytest.fixture
-def relays(tmp_path):
-    started: list[RelayProc] = []
-    yield lambda upstream, key, name: started.append(RelayProc(tmp_path, upstream, key, name)) or started[-1]
-    for r in started:
-        r.kill()
+from tests.conftest import free_port
+from tests.shardcast_helpers import SHARD, downloader, fetch, make_step, origin, relays, same_files  # noqa: F401
 
 
 # ---------------------------------------------------------------- layout and signature
@@ -263,67 +179,6 @@ def test_server_serves_only_the_layout(tmp_path, origin):
         assert httpx.get(f"{origin.url}/{path}").status_code == 404
 
 
-# ---------------------------------------------------------------- the real `shardcast` package
-
-@contextlib.contextmanager
-def shardcast_relay(tmp_path: Path, origin: Origin, step: int):
-    """The real `shardcast` MiddleNode mirroring our origin, on loopback; yields its URL once it holds `step`."""
-    import shardcast.server as scs
-    from shardcast import MiddleNode
-
-    init = scs.ShardcastServer.__init__  # it binds 0.0.0.0 with no option: keep the test on 127.0.0.1
-    scs.ShardcastServer.__init__ = lambda self, addr, *a, **k: init(self, ("127.0.0.1", addr[1]), *a, **k)
-    mdir = tmp_path / "sc-middle"
-    mdir.mkdir()
-    (mdir / "data1.bin").write_bytes(b"\0" * 1024)  # its clients probe it; its relay does not copy it
-    port = free_port()
-    try:
-        middle = MiddleNode([origin.url], str(mdir), port=port, check_interval=1)
-    finally:
-        scs.ShardcastServer.__init__ = init
-    try:
-        deadline = time.time() + 30
-        while f"v{step}" not in middle.processed_versions and time.time() < deadline:
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        middle.shutdown()
-        httpx.get(f"http://127.0.0.1:{port}/data1.bin")  # its server loop exits only after one more request
-
-
-def test_shardcast_relay_and_client_download_from_our_origin(tmp_path, origin):
-    from shardcast import ClientNode
-
-    src = make_step(tmp_path / "w", 3)
-    m = origin.publish(3, src)
-    with shardcast_relay(tmp_path, origin, 3) as url:
-        out = ClientNode([url], output_dir=str(tmp_path / "sc-client")).download_version("v3")
-    assert out is not None  # shardcast checked our distribution.txt's blake3 itself
-    assert file_blake3(Path(out)) == m.total_blake3
-    with tarfile.open(out) as tar:
-        tar.extractall(tmp_path / "sc-extracted", filter="data")
-    assert same_files(src, tmp_path / "sc-extracted")
-
-
-def test_our_client_downloads_shards_through_a_shardcast_relay(tmp_path, origin):
-    """A `shardcast` relay carries shards only; the signed manifest comes from any other server."""
-    src = make_step(tmp_path / "w", 2)
-    published = origin.publish(2, src)
-
-    async def go(url: str):
-        from_origin = downloader(tmp_path, [origin.url], origin.public_key, "m")
-        manifest = (await from_origin.manifest(2))[0]
-        await from_origin.close()
-        dl = downloader(tmp_path, [url], origin.public_key)
-        dest = await dl.fetch(2, tmp_path / "got" / "step_2", manifest=manifest)
-        await dl.close()
-        return dest, dl
-
-    with shardcast_relay(tmp_path, origin, 2) as url:
-        dest, dl = asyncio.run(go(url))
-    assert same_files(src, dest) and dl.stats["bytes"] == published.total_size  # every byte via shardcast
-
-
 def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
     """How a relay passes shards on before it holds the whole step: the request waits, then gets it."""
     from composer_prime.transports.weights.shardcast.store import ServerThread, Store
@@ -352,89 +207,3 @@ def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
         assert httpx.get(f"{url}/shard_00003.bin").status_code == 404  # not in the listing: refused at once
     finally:
         server.stop()
-
-
-# ---------------------------------------------------------------- delta broadcast
-
-def consecutive_steps(root: Path, dtype: torch.dtype) -> tuple[Path, Path]:
-    """Two steps one small optimizer update apart (|update| ~ 1e-4 on weights ~ 0.05, as in the quickstart)."""
-    torch.manual_seed(0)
-    w = torch.randn(200_000) * 0.05
-    return (make_step(root, 1, weights=w.to(dtype)),
-            make_step(root, 2, weights=(w + 1e-4 * torch.randn_like(w).sign()).to(dtype)))
-
-
-def test_a_node_holding_the_previous_step_fetches_only_the_delta(tmp_path, origin):
-    a, b = consecutive_steps(tmp_path / "w", torch.bfloat16)
-    origin.publish(1, a)
-    m2 = origin.publish(2, b)
-    assert m2.delta is not None and m2.delta.base_step == 1 and m2.delta.stride == 2
-    assert m2.delta.size * 3 <= m2.total_size  # every weight moved by 1e-4 here; real trainer steps: see benchmarks/broadcast.py
-
-    dl = downloader(tmp_path, [origin.url], origin.public_key)
-
-    async def go():
-        await dl.fetch(1, tmp_path / "got" / "step_1")
-        before = dl.stats["bytes"]
-        await dl.fetch(2, tmp_path / "got" / "step_2")
-        await dl.close()
-        return dl.stats["bytes"] - before
-    fetched = asyncio.run(go())
-    assert dl.stats["delta_steps"] == 1 and fetched == m2.delta.size
-    assert same_files(b, tmp_path / "got" / "step_2")
-
-
-def test_a_chain_of_deltas_stays_exact(tmp_path, origin):
-    torch.manual_seed(1)
-    w = torch.randn(50_000)
-    steps = []
-    for step in range(1, 5):
-        w = w + 1e-3 * torch.randn_like(w)
-        steps.append(make_step(tmp_path / "w", step, weights=w.clone()))
-        origin.publish(step, steps[-1])
-    dl = downloader(tmp_path, [origin.url], origin.public_key)
-
-    async def go():
-        for step in range(2, 5):  # joins at step 2: full, then two deltas, each rebuilt on the last
-            await dl.fetch(step, tmp_path / "got" / f"step_{step}")
-        await dl.close()
-    asyncio.run(go())
-    assert dl.stats["delta_steps"] == 2
-    assert same_files(steps[-1], tmp_path / "got" / "step_4")
-
-
-def test_a_corrupt_delta_falls_back_to_the_full_step(tmp_path, origin):
-    a, b = consecutive_steps(tmp_path / "w", torch.float32)
-    origin.publish(1, a)
-    m2 = origin.publish(2, b)
-    bad = origin.store.root / "v2" / m2.delta.name
-    data = bytearray(bad.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    bad.write_bytes(bytes(data))
-    dl = downloader(tmp_path, [origin.url], origin.public_key, rounds=1)
-
-    async def go():
-        await dl.fetch(1, tmp_path / "got" / "step_1")
-        await dl.fetch(2, tmp_path / "got" / "step_2")
-        await dl.close()
-    asyncio.run(go())
-    assert dl.stats["delta_failed"] == 1 and dl.stats["bad_shard"] == 1 and dl.stats["delta_steps"] == 0
-    assert same_files(b, tmp_path / "got" / "step_2")
-
-
-def test_relay_carries_the_delta(tmp_path, origin, relays):
-    a, b = consecutive_steps(tmp_path / "w", torch.bfloat16)
-    origin.publish(1, a)
-    relay = relays([origin.url], origin.public_key, "relay")
-    relay.wait_step(1)
-    m2 = origin.publish(2, b)
-    relay.wait_step(2)
-    assert (relay.dir / "v2" / m2.delta.name).read_bytes() == (origin.store.root / "v2" / m2.delta.name).read_bytes()
-    dl = downloader(tmp_path, [relay.url], origin.public_key)
-
-    async def go():
-        await dl.fetch(1, tmp_path / "got" / "step_1")
-        await dl.fetch(2, tmp_path / "got" / "step_2")
-        await dl.close()
-    asyncio.run(go())
-    assert dl.stats["delta_steps"] == 1 and same_files(b, tmp_path / "got" / "step_2")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib.util
-import json
 import os
 import signal
 import socket
@@ -33,6 +32,7 @@ import httpx
 
 from composer_prime.inference.engines.base import Generation, SamplingParams
 from composer_prime.utils.proc import die_with_parent
+from composer_prime.utils.safetensors_index import tensor_index
 
 READY_TIMEOUT_S = 600.0  # a cold start on a 2-core CPU box takes 65-110 s; a GPU with a big model more
 STOP_TIMEOUT_S = 30.0  # grace period between SIGTERM and SIGKILL
@@ -59,13 +59,7 @@ def _port_is_free(port: int) -> bool:
 
 def _tensor_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor in a directory's *.safetensors, read from the file headers only."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for f in sorted(model_dir.glob("*.safetensors")):
-        with open(f, "rb") as fh:  # layout: u64 little-endian header length, then a JSON header
-            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-        header.pop("__metadata__", None)
-        shapes.update({name: tuple(t["shape"]) for name, t in header.items()})
-    return shapes
+    return {name: tuple(t["shape"]) for name, t in tensor_index(model_dir).items()}
 
 
 def _kill_group(proc: subprocess.Popen, timeout: float) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from composer_prime.transports.weights.shardcast import payload
 from composer_prime.transports.weights.shardcast.manifest import Delta, Manifest, sign
 from composer_prime.transports.weights.shardcast.store import MANIFEST, SIGNATURE, ServerThread, Store, version_name
+from composer_prime.utils.safetensors_index import tensor_index
 
 SKIP = ("STABLE",)  # the filesystem marker is local bookkeeping, not part of the weights
 
@@ -85,11 +85,6 @@ class Origin:
 def weight_stride(step_dir: Path) -> int:
     """Bytes per element of the step's largest tensor (the delta's plane width)."""
     sizes = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8}
-    best, stride = -1, 4
-    for f in sorted(step_dir.glob("*.safetensors")):
-        with f.open("rb") as fh:
-            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-        for name, t in header.items():
-            if name != "__metadata__" and t["data_offsets"][1] - t["data_offsets"][0] > best:
-                best, stride = t["data_offsets"][1] - t["data_offsets"][0], sizes.get(t["dtype"], 1)
-    return stride
+    tensors = tensor_index(step_dir).values()
+    largest = max(tensors, key=lambda t: t["data_offsets"][1] - t["data_offsets"][0], default=None)
+    return sizes.get(largest["dtype"], 1) if largest else 4

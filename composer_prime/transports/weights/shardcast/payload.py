@@ -103,11 +103,11 @@ def file_blake3(path: Path) -> str:
 
 
 class ChunkReader(io.RawIOBase):
-    """A readable stream over an iterator of byte chunks, hashing everything it hands out."""
+    """A readable stream over an iterator of byte chunks, optionally hashing what it hands out."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], hashing: bool = True) -> None:
         self._chunks, self._buf = chunks, b""
-        self.hash, self.size = blake3(), 0
+        self.hash, self.size = (blake3() if hashing else None), 0
 
     def readable(self) -> bool:
         return True
@@ -120,19 +120,21 @@ class ChunkReader(io.RawIOBase):
                 return 0
         n = min(len(out), len(self._buf))
         out[:n] = self._buf[:n]
-        self.hash.update(self._buf[:n])
+        if self.hash is not None:
+            self.hash.update(self._buf[:n])
         self.size += n
         self._buf = self._buf[n:]
         return n
 
 
-def extract(chunks: Iterator[bytes], dest: Path, total_blake3: str, total_size: int) -> None:
-    """Unpack a payload stream into `dest` (plain top-level files only) and check its whole hash.
+def extract(chunks: Iterator[bytes], dest: Path, total_blake3: str | None, total_size: int) -> None:
+    """Unpack a payload stream into `dest` (plain top-level files only) and check its size and, if
+    given, its whole hash (None when every shard was already checked against the signed manifest).
 
     The caller renames `dest` into place only after this returns, so a stream that fails the
-    final hash never becomes a step directory."""
+    final check never becomes a step directory."""
     dest.mkdir(parents=True, exist_ok=True)
-    reader = ChunkReader(chunks)
+    reader = ChunkReader(chunks, hashing=total_blake3 is not None)
     with tarfile.open(fileobj=io.BufferedReader(reader, CHUNK), mode="r|") as tar:
         for member in tar:
             if not member.isfile() or "/" in member.name or member.name in ("", ".", ".."):
@@ -143,7 +145,7 @@ def extract(chunks: Iterator[bytes], dest: Path, total_blake3: str, total_size: 
                     f.write(chunk)
     while reader.read(CHUNK):  # the tar's end padding counts towards the hash too
         pass
-    if reader.size != total_size or reader.hash.hexdigest() != total_blake3:
+    if reader.size != total_size or (total_blake3 is not None and reader.hash.hexdigest() != total_blake3):
         raise VerificationError("payload does not match its manifest's total size and hash")
 
 
