@@ -16,3 +16,40 @@ def tiny_model_dir() -> Path:
     from composer_prime.model.tiny import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+def start_until_ready(cmd: list[str], probe, timeout_s: float = 240.0):
+    """Start a server process and wait until `probe()` is true (connection errors count as not yet)."""
+    import subprocess
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if probe():
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"{' '.join(cmd[:4])} did not become ready in {timeout_s:.0f}s")
+
+
+@pytest.fixture(scope="module")
+def hf_inference(tiny_model_dir, tmp_path_factory):
+    """Our inference server (embedded engine) on the tiny model; yields its URL."""
+    import sys
+
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(tiny_model_dir),
+                              "--engine", "hf", "--port", str(port), "--output_dir", str(tmp_path_factory.mktemp("inference"))],
+                             lambda: httpx.get(f"{url}/health").status_code == 200)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -21,18 +21,20 @@ def fixed_batch() -> Batch:
         n_prompt, n_out = rng.randint(5, 20), rng.randint(2, 12)
         ids = [rng.randrange(3, 500) for _ in range(n_prompt + n_out)]
         adv = rng.uniform(-1, 1)
-        samples.append(Sample(ids, [0.0] * n_prompt + [rng.uniform(-3, -0.1) for _ in range(n_out)],
+        # sampling log-probs around the tiny model's own (~ -ln 512): ratios pi_old/mu land both in and out of the mask band
+        samples.append(Sample(ids, [0.0] * n_prompt + [rng.uniform(-8.0, -4.5) for _ in range(n_out)],
                               [0.0] * n_prompt + [adv] * n_out, {"rl": [0.0] * n_prompt + [1.0] * n_out}))
     return Batch(step=0, samples=samples)
 
 
-def main(model_dir: str, out: str) -> None:
+def main(model_dir: str, out: str, rl_loss: str = "{}") -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    cfg = TrainerConfig(micro_batch_tokens=64)
+    cfg = TrainerConfig(micro_batch_tokens=64, loss={"rl": json.loads(rl_loss)})
     model = shard(load_model(model_dir))
+    ref = shard(load_model(model_dir)).eval() if cfg.loss.rl.kl_coef > 0 else None
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    metrics = train_step(cfg, model, optim, fixed_batch(), pad_id=0)
+    metrics = train_step(cfg, model, optim, fixed_batch(), pad_id=0, ref_model=ref)
     state = full_state_dict(model)
     if dist.get_rank() == 0:
         save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, f"{out}/weights.safetensors")  # tied
@@ -42,4 +44,4 @@ def main(model_dir: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

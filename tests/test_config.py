@@ -93,3 +93,20 @@ def test_shardcast_overlay_plans_relays_replicas_and_one_key(tmp_path):
     assert key == cfgs["inference-1"]["weight_broadcast"]["public_key"] == cfgs["relay-0"]["public_key"]
     assert (out / "keys" / "trainer.ed25519").stat().st_mode & 0o777 == 0o600
     assert cfgs["trainer"]["weight_broadcast"]["type"] == "shardcast"
+
+
+def test_cpu_pinning_is_per_process_and_checked():
+    import os
+
+    from composer_prime.config import RLConfig
+    from composer_prime.config.plan import plan
+    from composer_prime.utils.proc import pin_cpus
+
+    procs = {p.name: p.config for p in plan(RLConfig.model_validate({"inference": {"cpus": [0]}, "trainer": {"cpus": [1]}}))}
+    assert procs["inference"].cpus == [0] and procs["trainer"].cpus == [1] and procs["orchestrator"].cpus == []
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        TrainerConfig.model_validate({"cpus": [-1]})
+    before = os.sched_getaffinity(0)
+    with pytest.raises(SystemExit, match=r"trainer: cpus \[4096\] are not available"):
+        pin_cpus([4096], "trainer")
+    assert os.sched_getaffinity(0) == before  # a refused pin changes nothing

@@ -1,9 +1,6 @@
 """Contract tests of the inference server (embedded HF engine) over real HTTP."""
 
 import concurrent.futures
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -14,28 +11,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from composer_prime.transports.weights import filesystem
 from composer_prime.utils.chat import encode_chat
-from tests.conftest import ROOT, free_port
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
-    port = free_port()
-    out = tmp_path_factory.mktemp("inference")
-    proc = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(tiny_model_dir),
-                             "--engine", "hf", "--port", str(port), "--output_dir", str(out)], cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("inference server did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+def server(hf_inference):
+    return hf_inference
 
 
 @pytest.fixture(scope="module")

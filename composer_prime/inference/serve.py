@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from composer_prime.utils.proc import pin_cpus
 from composer_prime.config import InferenceConfig, load_or_exit
 from composer_prime.inference.server import ServerState, build_app
 from composer_prime.model.resolve import resolve_model
@@ -60,4 +61,5 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(InferenceConfig, argv if argv is not None else sys.argv[1:])
     if dry_run:  # the config resolved; nothing to start
         return
+    pin_cpus(cfg.cpus, "inference")
     asyncio.run(serve(cfg))

@@ -33,11 +33,13 @@ def messages(task: vf.Task) -> list[dict]:
     return out
 
 
-async def score(task: vf.Task, reply: str) -> tuple[float, dict[str, float]]:
+async def score(task: vf.Task, reply: str, runtime: Any = None) -> tuple[float, dict[str, float]]:
+    """Run the task's rewards and metrics on its final reply; `runtime` is the rollout's tool
+    session (multi-turn tasks), passed to rewards that take a `runtime` parameter."""
     trace = vf.Trace(
         task=vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
         agent=vf.AgentInfo(config=vf.AgentConfig()),
         root_reply=reply,
     )
-    await task.score(trace)
+    await task.score(trace, runtime=runtime)
     return trace.reward, {k: v for k, v in trace.metrics.items() if v is not None}

@@ -14,16 +14,19 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from composer_prime.utils.proc import pin_cpus
 from composer_prime.config import OrchestratorConfig, load_or_exit
+from composer_prime.config.models import EnvConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.envs import load_tasks
-from composer_prime.orchestrator.rollouts import group
+from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.trainer import checkpoint
 from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender
@@ -33,72 +36,103 @@ def log(msg: str) -> None:
     print(f"[orchestrator] {msg}", flush=True)
 
 
+@dataclass
+class EnvRun:
+    """One environment of the mix: its tasks and its share of every batch."""
+
+    cfg: EnvConfig
+    train: list
+    held_out: list
+    group_size: int
+    groups: int  # groups of this environment in each batch
+    weight: float  # its share of the held-out mean
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / max(1, len(xs))
+
+
+def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
+    keys = sorted({k for r in rollouts for k in r.metrics})
+    return {f"{prefix}/reward": mean([r.reward for r in rollouts]),
+            **{f"{prefix}/{k}": mean([r.metrics[k] for r in rollouts if k in r.metrics]) for k in keys}}
+
+
 class Orchestrator:
     def __init__(self, cfg: OrchestratorConfig) -> None:
         self.cfg = cfg
         self.run = Path(cfg.output_dir)
         self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model, log))
-        self.train_tasks = load_tasks(cfg.env.id, cfg.env.args)
-        self.eval_tasks = load_tasks(cfg.env.id, cfg.env.eval_args)[: cfg.eval.num_tasks]
+        groups, total = cfg.groups_per_step(), sum(e.ratio for e in cfg.envs)
+        self.envs = [EnvRun(e, load_tasks(e.id, e.args), load_tasks(e.id, e.eval_args)[: cfg.eval.num_tasks],
+                            e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e in cfg.envs]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.metrics_path = self.run / "orchestrator" / "metrics.jsonl"
 
-    async def evaluate(self) -> tuple[float, int]:
-        """Mean reward on the fixed held-out tasks, fixed seeds: comparable across steps."""
+    def _group(self, env: EnvRun, task, size: int, seed: int):
+        return group(self.client, self.tok, env.cfg.id, task, self.cfg.sampling, self.cfg.seq_len, env.cfg.max_turns,
+                     size, seed, self.sem)
+
+    async def evaluate(self) -> tuple[dict, int]:
+        """Held-out reward per environment on fixed tasks and seeds (comparable across steps);
+        `eval_reward` is their mean weighted by the mix ratios."""
         version = min(await self.client.versions())
-        groups = await asyncio.gather(*(group(self.client, self.tok, t, self.cfg.sampling, 2, 10_000_000 + i, self.sem)
-                                        for i, t in enumerate(self.eval_tasks)))
-        rewards = [r.reward for g in groups for r in g]
-        return sum(rewards) / len(rewards), version
+        row: dict = {}
+        for env in self.envs:
+            groups = await asyncio.gather(*(self._group(env, t, 2, 10_000_000 + i) for i, t in enumerate(env.held_out)))
+            row |= env_metrics(f"eval/{env.cfg.id}", [r for g in groups for r in g])
+        row["eval_reward"] = sum(env.weight * row[f"eval/{env.cfg.id}/reward"] for env in self.envs)
+        return row, version
 
     async def collect(self, step: int) -> tuple[Batch, dict]:
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}-{step}")
-        n_groups = cfg.batch_size // cfg.group_size
-        kept: list = []
-        stats = {"stale": 0, "flat_groups": 0, "groups": 0, "rewards": []}
+        kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
+        seen: dict[str, list[Rollout]] = {env.cfg.id: [] for env in self.envs}
+        stats = {"stale": 0, "flat_groups": 0, "groups": 0}
         start, tokens = time.time(), 0
-        for _attempt in range(8):  # dynamic sampling: refill until the batch is full
-            need = n_groups - len(kept)
-            if need <= 0:
+        for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full
+            draws = [(env, env.train[rng.randrange(len(env.train))], rng.randrange(2**31))
+                     for env in self.envs for _ in range(env.groups - len(kept[env.cfg.id]))]
+            if not draws:
                 break
-            draws = [(rng.randrange(len(self.train_tasks)), rng.randrange(2**31)) for _ in range(need)]
-            groups = await asyncio.gather(*(group(self.client, self.tok, self.train_tasks[i], cfg.sampling,
-                                                  cfg.group_size, seed, self.sem) for i, seed in draws))
-            for g in groups:
+            groups = await asyncio.gather(*(self._group(env, task, env.group_size, seed) for env, task, seed in draws))
+            for (env, _, _), g in zip(draws, groups):
                 stats["groups"] += 1
-                stats["rewards"].extend(r.reward for r in g)
-                rewards = [self.shaped(r) for r in g]
-                tokens += sum(len(r.completion.token_ids) for r in g)
-                if min(r.completion.weight_version for r in g) < step - cfg.max_async_level:
+                seen[env.cfg.id] += g
+                tokens += sum(r.model_tokens for r in g)
+                if min(r.weight_version for r in g) < step - cfg.max_async_level:
                     stats["stale"] += len(g)
-                elif cfg.dynamic_sampling and not has_spread(rewards):
+                elif cfg.dynamic_sampling and not has_spread([self.shaped(r) for r in g]):
                     stats["flat_groups"] += 1
                 else:
-                    kept.append(g)
+                    kept[env.cfg.id].append(g)
         gen_s = time.time() - start
         samples, advantages = [], []
-        for g in kept[:n_groups]:
-            for r, a in zip(g, group_advantages([self.shaped(r) for r in g], cfg.advantage)):
-                samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
-                advantages.append(a)
-        rewards = stats.pop("rewards")
+        for env in self.envs:
+            for g in kept[env.cfg.id][: env.groups]:
+                for r, a in zip(g, group_advantages([self.shaped(r) for r in g], cfg.advantage)):
+                    samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
+                    advantages.append(a)
+        rollouts = [r for rs in seen.values() for r in rs]
         info = {
-            "reward": sum(rewards) / max(1, len(rewards)),
-            "adv_abs_mean": sum(map(abs, advantages)) / max(1, len(advantages)),
+            "reward": mean([r.reward for r in rollouts]),
+            "adv_abs_mean": mean([abs(a) for a in advantages]),
             "adv_std": statistics.pstdev(advantages) if advantages else 0.0,
             "gen_s": gen_s,
             "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
-            "rollouts": len(rewards),
+            "rollouts": len(rollouts),
             "policy_versions": sorted({s.policy_version for s in samples}),
             **stats,
         }
+        for env in self.envs:
+            info |= env_metrics(f"env/{env.cfg.id}", seen[env.cfg.id])
         return Batch(step=step, samples=samples, metrics={"reward": info["reward"]}), info
 
     def shaped(self, r) -> float:
         c = self.cfg
-        return shape_reward(r.reward, len(r.completion.token_ids), c.overlong_max, c.overlong_cache, c.length_penalty,
+        return shape_reward(r.reward, r.model_tokens, c.overlong_max, c.overlong_cache, c.length_penalty,
                             c.sampling.max_tokens)
 
     def record(self, row: dict) -> None:
@@ -117,15 +151,18 @@ class Orchestrator:
         log(f"waiting for inference at {cfg.inference_urls}")
         await self.client.wait_ready()
         sender = BatchSender(cfg.transport.address)
-        log(f"{len(self.train_tasks)} train / {len(self.eval_tasks)} held-out tasks from '{cfg.env.id}'; steps {start}..{cfg.max_steps}")
+        for env in self.envs:
+            log(f"{env.cfg.id}: {len(env.train)} train / {len(env.held_out)} held-out tasks, "
+                f"{env.groups} groups of {env.group_size} per step")
+        log(f"steps {start}..{cfg.max_steps}")
         run_start = time.time()
         for step in range(start, cfg.max_steps):
             version = await self.client.wait_version(step - cfg.max_async_level)
             row: dict = {"step": step, "time": time.time()}
             if step == start or step % cfg.eval.interval == 0:
                 t_eval = time.time()
-                row["eval_reward"], row["eval_version"] = await self.evaluate()
-                row["eval_s"] = time.time() - t_eval
+                evals, row["eval_version"] = await self.evaluate()
+                row |= evals | {"eval_s": time.time() - t_eval}
             batch, info = await self.collect(step)
             if not batch.samples:
                 log(f"step {step}: every group was flat or stale; sending an empty batch")
@@ -137,10 +174,10 @@ class Orchestrator:
                 f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
         final = await self.client.wait_version(cfg.max_steps)
         t_eval = time.time()
-        reward, version = await self.evaluate()
-        self.record({"step": cfg.max_steps, "time": time.time(), "eval_reward": reward, "eval_version": version,
+        evals, version = await self.evaluate()
+        self.record({"step": cfg.max_steps, "time": time.time(), **evals, "eval_version": version,
                      "eval_s": time.time() - t_eval})
-        log(f"final held-out reward {reward:.3f} at weights v{final}")
+        log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{final}")
         sender.close()
         await self.client.close()
 
@@ -149,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(OrchestratorConfig, argv if argv is not None else sys.argv[1:])
     if dry_run:  # the config resolved; nothing to start
         return
+    pin_cpus(cfg.cpus, "orchestrator")
     asyncio.run(Orchestrator(cfg).run_loop())
 
 

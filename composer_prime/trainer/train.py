@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from composer_prime.utils.proc import pin_cpus
 from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
@@ -109,6 +110,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
 
 def main(argv: list[str] | None = None) -> None:
     cfg, _ = load_or_exit(TrainerConfig, argv)
+    pin_cpus(cfg.cpus, "trainer")
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")
     dist.init_process_group(backend)
     if device_type() == "cpu":

@@ -27,3 +27,16 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+def pin_cpus(cpus: list[int], who: str) -> None:
+    """Pin this process (and the children it starts) to `cpus`; empty means no pinning.
+
+    On a small machine the inference server and the trainer otherwise take turns on every
+    core; pinning gives each its own, so generation and training really overlap."""
+    if not cpus:
+        return
+    available = os.sched_getaffinity(0)
+    if missing := sorted(set(cpus) - available):
+        raise SystemExit(f"{who}: cpus {missing} are not available here (this process may use {sorted(available)})")
+    os.sched_setaffinity(0, set(cpus))

@@ -1,14 +1,15 @@
 """Embedded transformers engine: the fallback for machines without vLLM, same contract.
 
 Requests that arrive together are decoded together: a background task gathers whatever is
-queued (up to `max_batch`), left-pads the prompts and runs one KV-cached decode loop. Each
-request samples with its own seeded generator, so a seed reproduces a completion whatever
-else shares its batch.
+queued (up to `max_batch`), left-pads the prompts and runs one KV-cached decode loop in which
+every step is a handful of batch-wide tensor ops (`sampling.py`). Each request samples with
+its own seeded generator, so a seed reproduces a completion whatever else shares its batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from composer_prime.inference.engines.base import Generation, SamplingParams
+from composer_prime.inference.engines.sampling import sample_step
 
 
 class HFEngine:
@@ -72,53 +74,49 @@ class HFEngine:
 
     @torch.no_grad()
     def _decode(self, reqs: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
-        n, width = len(reqs), max(len(p) for p, _ in reqs)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        for i, (p, _) in enumerate(reqs):  # left padding keeps every row's last token aligned
+        # A group's G completions share one prompt: prefill each distinct prompt once and fan
+        # its KV cache out to the rows that continue it (prefill is most of the work on short replies).
+        unique: dict[tuple[int, ...], int] = {}
+        rows = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p, _ in reqs])
+        prompts = list(unique)
+        n, width = len(reqs), max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding keeps every row's last token aligned
             ids[i, width - len(p):] = torch.tensor(p)
             attn[i, width - len(p):] = 1
-        gens = [torch.Generator().manual_seed(s.seed if s.seed is not None else torch.seed()) for _, s in reqs]
-        temps = torch.tensor([[max(s.temperature, 1e-5)] for _, s in reqs])
-        out_ids: list[list[int]] = [[] for _ in reqs]
-        out_lp: list[list[float]] = [[] for _ in reqs]
-        finish = ["length"] * n
-        done = torch.zeros(n, dtype=torch.bool)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
-        for t in range(max(s.max_tokens for _, s in reqs)):
-            logp = torch.log_softmax(out.logits[:, -1].float() / temps, -1)
-            nxt = torch.empty(n, dtype=torch.long)
-            for i, (_, s) in enumerate(reqs):
-                if done[i]:
-                    nxt[i] = self.pad_id
-                    continue
-                row = logp[i]
-                if s.temperature <= 1e-5:
-                    tok = int(row.argmax())
-                else:
-                    probs = row.exp()
-                    if s.top_p < 1.0:
-                        probs = _top_p(probs, s.top_p)
-                    tok = int(torch.multinomial(probs, 1, generator=gens[i]))
-                nxt[i] = tok
-                out_ids[i].append(tok)
-                out_lp[i].append(float(row[tok]))
-                if tok in s.stop_token_ids:
-                    done[i], finish[i] = True, "stop"
-                elif len(out_ids[i]) >= s.max_tokens:
-                    done[i] = True
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out.past_key_values.reorder_cache(rows)
+        logits, attn, pos = out.logits[rows, -1], attn[rows], pos[rows]
+        gens = [torch.Generator().manual_seed(s.seed if s.seed is not None else random.getrandbits(63)) for _, s in reqs]
+        temps = torch.tensor([s.temperature for _, s in reqs])
+        top_p = torch.tensor([s.top_p for _, s in reqs])
+        budget = torch.tensor([s.max_tokens for _, s in reqs])
+        vocab = self.model.config.vocab_size
+        stops = torch.zeros((n, vocab), dtype=torch.bool)
+        for i, (_, s) in enumerate(reqs):
+            stops[i, [t for t in s.stop_token_ids if 0 <= t < vocab]] = True
+        done = torch.zeros(n, dtype=torch.bool)
+        stopped = torch.zeros(n, dtype=torch.bool)
+        lengths = budget.clone()
+        toks, lps = [], []
+        for t in range(int(budget.max())):
+            nxt, lp = sample_step(logits, temps, top_p, gens, ~done)
+            nxt = nxt.masked_fill(done, self.pad_id)
+            toks.append(nxt)
+            lps.append(lp)
+            hit = ~done & stops.gather(1, nxt[:, None]).squeeze(1)
+            stopped |= hit
+            lengths = torch.where(hit, t + 1, lengths)
+            done |= hit | (budget <= t + 1)
             if bool(done.all()):
                 break
             attn = torch.cat([attn, torch.ones((n, 1), dtype=torch.long)], 1)
             pos = pos[:, -1:] + 1
             out = self.model(input_ids=nxt[:, None], attention_mask=attn, position_ids=pos,
-                             past_key_values=out.past_key_values, use_cache=True)
-        return [Generation(list(p), out_ids[i], out_lp[i], finish[i]) for i, (p, _) in enumerate(reqs)]
-
-
-def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    sorted_p, order = probs.sort(descending=True)
-    keep = sorted_p.cumsum(0) - sorted_p < top_p
-    filtered = torch.zeros_like(probs).scatter(0, order, sorted_p * keep)
-    return filtered / filtered.sum()
+                             past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1]
+        all_toks, all_lps = torch.stack(toks, 1).tolist(), torch.stack(lps, 1).tolist()
+        return [Generation(list(p), all_toks[i][:k], all_lps[i][:k], "stop" if stopped[i] else "length")
+                for i, ((p, _), k) in enumerate(zip(reqs, lengths.tolist()))]

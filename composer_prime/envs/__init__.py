@@ -1,0 +1,1 @@
+"""Environment tooling: `uv run composer-prime env ...` (build tasks, scaffold, validate, hub)."""

@@ -1,0 +1,1 @@
+"""feature-deletion: the Taskset lands with the sandbox and scoring (in progress)."""

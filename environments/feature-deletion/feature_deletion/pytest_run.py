@@ -1,0 +1,116 @@
+"""Run a project's pytest suite on a tree and read per-test outcomes from JUnit XML.
+
+Outcomes come from the XML file (written outside the tree), never from stdout: a test suite,
+or an agent, can print anything. No sandboxing here: the scoring side wraps `pytest_command`
+in its own sandbox; the generator calls `run_pytest` directly on trusted trees.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+Outcome = str  # "passed" | "failed" | "error" | "skipped"
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+class PytestError(RuntimeError):
+    """pytest did not produce a report (usage error, crash, missing plugin...)."""
+
+
+class PytestTimeout(PytestError):
+    pass
+
+
+def pytest_command(tree: Path, args: list[str], junit_path: Path, python: str | None = None,
+                   basetemp: Path | None = None) -> list[str]:
+    """The argv that runs the suite with `tree` as rootdir (run it with cwd=tree).
+
+    `-p no:cacheprovider` keeps `.pytest_cache` (last failures, test names) out of the tree;
+    `--continue-on-collection-errors`: a module that fails to import costs its own tests, not all.
+    """
+    cmd = [python or sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+           f"--rootdir={tree}", f"--junitxml={junit_path}", "-o", "junit_family=xunit1"]
+    if basetemp is not None:
+        cmd.append(f"--basetemp={basetemp}")
+    return cmd + list(args)
+
+
+def pytest_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """os.environ without what would leak into or steer the run, plus `env` on top."""
+    out = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_CORE_"))}
+    out["PYTHONDONTWRITEBYTECODE"] = "1"  # no .pyc of the pristine source left in the tree
+    # Plugins that happen to be installed beside us are not the project's: keep them out (and
+    # their start-up cost, ~0.4 s a run). A project needing one passes `-p name` in its args.
+    out["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    out["PYTHONHASHSEED"] = "0"  # set iteration order as the sandboxed scoring runs see it
+    out.update(env or {})
+    return out
+
+
+def run_pytest(tree: Path, args: list[str], junit_path: Path, timeout_s: float,
+               env: dict[str, str] | None = None, basetemp: Path | None = None) -> dict[str, Outcome]:
+    """Run pytest on `tree` and return {nodeid: outcome} for every test it reported.
+
+    Tests that never ran (e.g. their module failed to import) are absent from the result:
+    callers must treat a missing nodeid as not passing. Raises PytestTimeout / PytestError.
+    """
+    tree, junit_path = Path(tree).resolve(), Path(junit_path).resolve()
+    junit_path.parent.mkdir(parents=True, exist_ok=True)
+    junit_path.unlink(missing_ok=True)
+    cmd = pytest_command(tree, args, junit_path, basetemp=basetemp)
+    # A new session so a timeout can kill the whole process group (tests may spawn children).
+    proc = subprocess.Popen(cmd, cwd=tree, env=pytest_env(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise PytestTimeout(f"pytest ran past {timeout_s:.0f} s in {tree}")
+    except BaseException:  # KeyboardInterrupt: leave no stray suite running
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if not junit_path.exists():
+        tail = out.decode(errors="replace")[-1500:]
+        raise PytestError(f"pytest exited {proc.returncode} without a report in {tree}:\n{tail}")
+    return parse_junit(junit_path, tree)
+
+
+def parse_junit(junit_path: Path, tree: Path) -> dict[str, Outcome]:
+    """{nodeid: outcome}; a test reported twice (e.g. a teardown error) keeps its worst outcome."""
+    results: dict[str, Outcome] = {}
+    for case in ET.parse(junit_path).getroot().iter("testcase"):
+        nodeid = junit_nodeid(case.get("classname", ""), case.get("name", ""), case.get("file"), tree)
+        outcome = "passed"
+        for child in case:
+            tag = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
+            if tag and _RANK[tag] > _RANK[outcome]:
+                outcome = tag
+        if _RANK[outcome] >= _RANK.get(results.get(nodeid, "passed"), 0):
+            results[nodeid] = outcome
+    return results
+
+
+def junit_nodeid(classname: str, name: str, file: str | None, tree: Path) -> str:
+    """Undo pytest's `mangle_test_address`: classname is the file path with '/' turned into '.'
+    (and '.py' dropped) followed by the class names; find where the path ends by asking the tree."""
+    parts = classname.split(".") if classname else []
+    if file and file.endswith(".py"):  # xunit1 gives the file; it is wrong for inherited tests
+        stem = file[:-3].replace("/", ".").split(".")
+        if parts[:len(stem)] == stem:
+            return "::".join([file, *parts[len(stem):], name])
+    for k in range(len(parts), 0, -1):
+        path = "/".join(parts[:k]) + ".py"
+        if (tree / path).is_file():
+            return "::".join([path, *parts[k:], name])
+    if not parts:  # a collection error reports the module itself: name is the dotted path
+        path = name.replace(".", "/") + ".py"
+        if (tree / path).is_file():
+            return path
+    return "::".join([*parts, name])

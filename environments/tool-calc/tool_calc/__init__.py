@@ -1,0 +1,3 @@
+from .taskset import ToolCalcTaskset
+
+__all__ = ["ToolCalcTaskset"]

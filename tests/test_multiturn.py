@@ -1,0 +1,113 @@
+"""Multi-turn rollouts: tool calls parsed and run, token ids appended (never re-tokenised), masks.
+
+The policy here is a scripted client at the inference seam (it returns the token ids of fixed
+replies), so each test knows exactly which tokens the model produced; the tokenizer, chat
+template, environment, tool session and scoring are the real ones.
+"""
+
+import asyncio
+
+import pytest
+from transformers import AutoTokenizer
+
+from composer_prime.config.models import SamplingConfig
+from composer_prime.orchestrator.client import Completion
+from composer_prime.orchestrator.envs import load_tasks
+from composer_prime.orchestrator.rollouts import rollout
+from composer_prime.orchestrator.tool_calls import parse_tool_call
+from composer_prime.utils.chat import encode_chat
+
+
+class ScriptedPolicy:
+    def __init__(self, tok, replies: list[str]) -> None:
+        self.tok, self.replies, self.prompts = tok, list(replies), []
+
+    async def generate(self, prompt_ids: list[int], params: dict) -> Completion:
+        self.prompts.append(list(prompt_ids))
+        ids = self.tok.encode(self.replies.pop(0), add_special_tokens=False) + [self.tok.eos_token_id]
+        cut = ids[: params["max_tokens"]]  # like an engine: the budget caps the reply
+        return Completion(cut, [-0.5] * len(cut), "stop" if cut == ids else "length", 7 - len(self.prompts))
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_tasks("tool-calc", {"num_tasks": 1})[0]  # "874 + 786" = 1660
+
+
+def run(tok, task, replies, max_turns=8, seq_len=512):
+    policy = ScriptedPolicy(tok, replies)
+    r = asyncio.run(rollout(policy, tok, "tool-calc", task, SamplingConfig(max_tokens=128), seq_len, max_turns, 5,
+                            asyncio.Semaphore(1)))
+    return r, policy
+
+
+WRONG = '<tool_call>{"name": "calculator", "arguments": {"expr": "874 + 786"}}</tool_call>'
+RIGHT = '<tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_call>'
+
+
+def test_conversation_tokens_are_the_template_rendering_and_only_model_tokens_train(tok, task):
+    r, policy = run(tok, task, [WRONG, RIGHT, "1660"])
+    assert r.reward == 1.0 and r.metrics == {"calc_ok": 1.0, "turns": 3.0, "tool_calls": 2.0, "tool_errors": 1.0}
+    assert [t.error for t in r.turns] == ["unknown tool 'calculator': the only tool is 'calc'", None, None]
+    conversation = [{"role": "system", "content": task.data.system_prompt}, {"role": "user", "content": task.data.prompt},
+                    {"role": "assistant", "content": WRONG},
+                    {"role": "tool", "content": "error: unknown tool 'calculator': the only tool is 'calc'"},
+                    {"role": "assistant", "content": RIGHT}, {"role": "tool", "content": "1660"},
+                    {"role": "assistant", "content": "1660"}]
+    ids = r.prompt_ids + r.completion_ids
+    assert ids == encode_chat(tok, conversation, add_generation_prompt=False)[:-1]  # all but the template's final "\n"
+    # each turn was generated from exactly the tokens so far: append-only, nothing re-tokenised
+    assert [len(p) for p in policy.prompts] == [len(r.prompt_ids) + t.start for t in r.turns]
+    assert all(ids[: len(p)] == p for p in policy.prompts)
+    model = [len(tok.encode(x, add_special_tokens=False)) + 1 for x in (WRONG, RIGHT, "1660")]
+    assert r.model_tokens == sum(model) and [t.end - t.start for t in r.turns] == model
+    sample = r.to_sample(advantage=2.0, temperature=1.0, seq_len=512)
+    rl = sample.channel_weights["rl"]
+    assert sum(rl) == sum(model) and all(lp == (-0.5 if w else 0.0) for lp, w in zip(sample.sampling_logprobs, rl))
+    assert all(a == (2.0 if w else 0.0) for a, w in zip(sample.advantages, rl))
+    assert r.weight_version == 4  # the oldest policy among the three turns (6, 5, 4)
+
+
+def test_malformed_calls_come_back_as_errors_and_the_turn_limit_ends_the_episode(tok, task):
+    r, _ = run(tok, task, ['<tool_call>{"name": "calc", "arguments": {"expr": 874}</tool_call>',
+                           '<tool_call>{"name": "calc", "arguments": {"expr": 874}}</tool_call>', RIGHT], max_turns=3)
+    assert r.turns[0].error.startswith("the tool call is not valid JSON")
+    assert r.turns[1].error == "'expr' must be a string, e.g. \"12 * 34\""
+    assert len(r.turns) == 3 and r.reward == 0.0  # the limit came before an answer
+    assert r.metrics["tool_errors"] == 2.0
+
+
+def test_a_reply_without_a_call_is_the_answer_and_single_turn_tasks_never_parse(tok, task):
+    r, _ = run(tok, task, ["1660"])
+    assert len(r.turns) == 1 and r.turns[0].call is None and r.reward == 1.0 and r.metrics["tool_calls"] == 0.0
+    reverse = load_tasks("reverse-text", {"num_tasks": 1})[0]
+    r, _ = asyncio.run(rollout(ScriptedPolicy(tok, [RIGHT]), tok, "reverse-text", reverse, SamplingConfig(), 512, 8, 0,
+                               asyncio.Semaphore(1))), None
+    assert len(r.turns) == 1 and r.turns[0].call is None and "tool_calls" not in r.metrics
+
+
+def test_the_context_budget_stops_generation(tok, task):
+    prompt = len(encode_chat(tok, [{"role": "system", "content": task.data.system_prompt},
+                                   {"role": "user", "content": task.data.prompt}]))
+    full, _ = run(tok, task, [WRONG, RIGHT, "1660"])
+    second_turn_at = prompt + full.turns[1].start
+    r, policy = run(tok, task, [WRONG, RIGHT, "1660"], seq_len=second_turn_at + 3)
+    assert len(policy.prompts) == 2 and len(policy.prompts[1]) == second_turn_at
+    assert r.finish_reason == "length" and len(r.prompt_ids + r.completion_ids) == second_turn_at + 3
+    assert len(r.turns) == 2 and r.turns[1].call is None and r.reward == 0.0  # a cut reply makes no call
+
+
+@pytest.mark.parametrize("text,error", [
+    ("no call here", None),
+    ('<tool_call>{"name": "calc"', "the tool call is not closed: end it with </tool_call>"),
+    ("<tool_call>[1, 2]</tool_call>", 'the tool call needs a "name" string: {"name": ..., "arguments": {...}}'),
+    ('<tool_call>{"name": "calc", "arguments": "1+2"}</tool_call>', '"arguments" of calc must be a JSON object'),
+])
+def test_tool_call_parser_errors(text, error):
+    got = parse_tool_call(text)
+    assert (got is None) if error is None else (got.error == error)
