@@ -110,3 +110,10 @@ def test_cpu_pinning_is_per_process_and_checked():
     with pytest.raises(SystemExit, match=r"trainer: cpus \[4096\] are not available"):
         pin_cpus([4096], "trainer")
     assert os.sched_getaffinity(0) == before  # a refused pin changes nothing
+
+
+def test_command_line_values_are_json_then_toml_then_strings():
+    tree, _, _ = parse_argv(["--orchestrator.envs", '[{id = "tool-calc", args = {num_tasks = 5}}]', "--inference.cpus", "[0]",
+                             "--output_dir", "outputs/a b", "--model", "tiny"])
+    assert tree["orchestrator"]["envs"] == [{"id": "tool-calc", "args": {"num_tasks": 5}}]
+    assert tree["inference"]["cpus"] == [0] and tree["output_dir"] == "outputs/a b" and tree["model"] == "tiny"

@@ -43,9 +43,14 @@ def _mark(value: Any, dotted: str, origin: str, provenance: dict[str, str]) -> N
 
 
 def _parse_value(text: str) -> Any:
+    """A command-line value: JSON, else a TOML value (`[{id = "x"}]`, as in the config files), else a string."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
+        pass
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
         return text
 
 

@@ -29,12 +29,12 @@ ARCH = dict(
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=32,  # vLLM's CPU attention rejects head_dim 16
-    max_position_embeddings=512,
+    max_position_embeddings=2048,  # tool environments (feature-deletion) have long prompts
     tie_word_embeddings=True,
     rope_theta=10000.0,
 )
 SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, seed=0, min_len=3, max_len=6, alphabet="abcdefgh")
-RECIPE_VERSION = 1  # bump when the builder changes in a way that changes the weights
+RECIPE_VERSION = 2  # bump when the builder changes in a way that changes the weights
 
 
 def cache_root() -> Path:

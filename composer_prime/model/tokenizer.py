@@ -29,6 +29,20 @@ _PROSE = (
 )
 
 
+# Tool calls in the format the orchestrator parses, so that the tiny model spends a few tokens on
+# the call's syntax instead of dozens (tool environments: tool-calc, feature-deletion).
+_TOOLS = {"calc": "expr", "read_file": "path", "list_dir": "path", "grep": "pattern", "run_tests": "tests",
+          "write_file": "path", "edit": "path", "submit": None}
+
+
+def _tool_call(rng: random.Random) -> str:
+    name = rng.choice(sorted(_TOOLS))
+    key = _TOOLS[name]
+    value = f"{rng.randint(10, 999)} {rng.choice('+-*')} {rng.randint(10, 999)}" if name == "calc" else "pkg/mod.py"
+    args = "{}" if key is None else f'{{"{key}": "{value}"}}'
+    return f'<tool_call>{{"name": "{name}", "arguments": {args}}}</tool_call>'
+
+
 def _corpus() -> list[str]:
     rng = random.Random(0)
     lines = [_PROSE] * 20
@@ -36,6 +50,7 @@ def _corpus() -> list[str]:
         letters = " ".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8)))
         digits = " ".join(str(rng.randint(0, 99)) for _ in range(rng.randint(1, 3)))
         lines.append(f"{letters}\n{digits}")
+    lines += [_tool_call(rng) for _ in range(400)]
     return lines
 
 

@@ -20,7 +20,10 @@ def load_tasks(taskset_id: str, args: dict[str, Any]) -> list[vf.Task]:
     except ModuleNotFoundError:
         raise SystemExit(f"environment '{taskset_id}' is not installed (uv pip install -e environments/{taskset_id})") from None
     config_cls = concrete_type(cls, vf.TasksetConfig, origin=vf.Taskset) or vf.TasksetConfig
-    return list(cls(config_cls.model_validate({"id": taskset_id, **args})))
+    try:
+        return list(cls(config_cls.model_validate({"id": taskset_id, **args})))
+    except (OSError, ValueError) as e:  # bad args or missing data: the user's to fix, not a traceback
+        raise SystemExit(f"environment '{taskset_id}': {e}") from None
 
 
 def messages(task: vf.Task) -> list[dict]:

@@ -1,0 +1,96 @@
+"""What the sandbox can see: system directories, the interpreter, an allow-listed site-packages.
+
+The interpreter is the venv's python resolved to its base binary and run with -S, so nothing of
+any site-packages is on sys.path but the allow-listed distributions (pytest, coverage and their
+dependencies), bind-mounted one by one at /sandbox/site. The rest of the venv, the base
+interpreter's own site-packages, the system's dist-packages and bundled wheels may hold the task's
+library and are never shown.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import sys
+from glob import glob
+from pathlib import Path
+
+SANDBOX_SITE = "/sandbox/site"
+DEFAULT_PACKAGES = ("pytest", "coverage")
+# Where the pristine code of a third-party library could hide below a visible prefix.
+MASK_GLOBS = (
+    "lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+    "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages", "share/python-wheels",
+    "lib/python3*/ensurepip/_bundled", "src", "local/src",
+)
+ETC_FILES = ("ld.so.cache", "localtime")
+ETC_GENERATED = [["/etc/passwd", "root:x:0:0:sandbox:/tmp:/bin/sh\n"], ["/etc/group", "root:x:0:\n"]]
+
+
+@functools.cache
+def interpreter() -> tuple[str, str]:
+    """(the real interpreter binary, its prefix): the venv's python resolved to its base."""
+    return os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+
+
+def python_argv(*args: str, safe_path: bool = True) -> list[str]:
+    """A python command for inside the sandbox: no site (no .pth, no sitecustomize, no
+    site-packages but the allow-listed ones on PYTHONPATH), no bytecode written. `safe_path`
+    keeps the cwd off sys.path; a test suite run as `python -m pytest` from the repo root needs it
+    there (what the task's baseline was recorded with), so scoring never lets agent files into the
+    repo root, where they could shadow `pytest` or the stdlib."""
+    return [interpreter()[0], "-S", "-B", *(["-P"] if safe_path else []), *args]
+
+
+@functools.cache
+def site_entries(packages: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(host path, name) of each top-level site-packages entry of `packages` and their
+    dependencies. Only these are visible: the rest of the venv might hold the task's library."""
+    if not packages:
+        return ()
+    from packaging.requirements import Requirement
+
+    todo, seen, out = list(packages), set(), {}
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = importlib.metadata.distribution(name)
+        for spec in dist.requires or []:
+            req = Requirement(spec)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+        base = Path(str(dist.locate_file("")))
+        for f in dist.files or []:
+            top = f.parts[0]
+            if top not in ("..", "__pycache__") and not top.endswith(".pth") and (base / top).exists():
+                out[top] = str(base / top)
+    return tuple(sorted((path, name) for name, path in out.items()))
+
+
+def system_layout() -> tuple[list[dict], list[str], list[list[str]]]:
+    binds, masks, links = [], [], []
+    for name in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            links.append([f"/{name}", os.readlink(host)])
+        elif host.is_dir():
+            binds.append({"src": str(host), "dst": f"/{name}", "rw": False, "dir": True})
+    for name in ETC_FILES:
+        if Path("/etc", name).is_file():
+            binds.append({"src": f"/etc/{name}", "dst": f"/etc/{name}", "rw": False, "dir": False})
+    exe, prefix = interpreter()
+    roots = ["/usr"]
+    if not prefix.startswith("/usr/"):
+        binds.append({"src": prefix, "dst": prefix, "rw": False, "dir": True})
+        roots.append(prefix)
+    if not exe.startswith(("/usr/", prefix + "/")):
+        binds.append({"src": exe, "dst": exe, "rw": False, "dir": False})
+    for root in roots:
+        for pattern in MASK_GLOBS:
+            masks += [p for p in glob(f"{root}/{pattern}") if os.path.isdir(p) and not os.path.islink(p)]
+    for dev in ("null", "zero", "full", "random", "urandom"):
+        binds.append({"src": f"/dev/{dev}", "dst": f"/dev/{dev}", "rw": True, "dir": False})
+    return binds, sorted(set(masks)), links

@@ -1,0 +1,178 @@
+"""Helpers for the sandbox, tools, scoring and red-team tests: a hand-made task set in the
+generator's format, tree digests, and a guard that checks the host was left untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import py_compile
+import sys
+import time
+import zlib
+from pathlib import Path
+
+STATS_BROKEN = '''"""Small statistics helpers."""
+
+
+def mean(xs):
+    """Arithmetic mean; ValueError on an empty sequence."""
+    raise NotImplementedError
+
+
+def double(x):
+    """2 * x, for numbers and sequences."""
+    return 2 * x
+'''
+STATS_SOLUTION = STATS_BROKEN.replace(
+    "    raise NotImplementedError\n",
+    "    xs = list(xs)\n    if not xs:\n        raise ValueError('mean of nothing')\n    return sum(xs) / len(xs)\n",
+)
+STATS_PARTIAL = STATS_BROKEN.replace("    raise NotImplementedError\n", "    return sum(xs) // len(xs)\n")
+TESTS = '''import pytest
+
+from tinylib import double, mean
+
+
+def test_mean_ints():
+    assert mean([1, 2, 3]) == 2
+
+
+def test_mean_single():
+    assert mean([2]) == 2
+
+
+def test_mean_fraction():
+    assert mean([1, 2]) == 1.5
+
+
+def test_mean_empty():
+    with pytest.raises(ValueError):
+        mean([])
+
+
+def test_double():
+    assert double(4) == 8
+
+
+def test_double_str():
+    assert double("ab") == "abab"
+'''
+MEAN_TESTS = [f"tests/test_stats.py::test_mean_{n}" for n in ("empty", "fraction", "ints", "single")]
+ALL_TESTS = sorted(MEAN_TESTS + ["tests/test_stats.py::test_double", "tests/test_stats.py::test_double_str"])
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def make_handmade_taskset(out: Path) -> Path:
+    """One task, `tinylib.stats.mean` deleted, in the exact on-disk format of the generator."""
+    task = {
+        "id": "tinylib.stats--mean--body", "file": "tinylib/stats.py", "qualname": "mean",
+        "deleted": [{"file": "tinylib/stats.py", "qualname": "mean", "lineno": 4, "end_lineno": 6, "kind": "body"}],
+        "tests": MEAN_TESTS, "baseline_passing": ALL_TESTS, "test_paths": ["pyproject.toml", "tests"],
+        "pytest_args": ["tests"], "body_lines": 4, "n_tests": len(MEAN_TESTS), "variant": "body",
+    }
+    tdir = out / "tasks" / task["id"]
+    write_tree(tdir / "repo", {
+        "tinylib/__init__.py": "from tinylib.stats import double, mean\n",
+        "tinylib/stats.py": STATS_BROKEN, "tests/test_stats.py": TESTS,
+        "pyproject.toml": '[project]\nname = "tinylib"\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+    })
+    write_tree(tdir / "solution", {"tinylib/stats.py": STATS_SOLUTION})
+    (tdir / "task.json").write_text(json.dumps(task, indent=2))
+    manifest = {"format": 1, "env": "feature-deletion", "seed": 0, "variant": "body",
+                "source": {"kind": "dir", "origin": "handmade"}, "report": {}, "tasks": [task]}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return out
+
+
+def tree_digest(root: Path) -> str:
+    """Names (files, dirs, links) and file contents of a tree."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        if p.is_symlink():
+            h.update(b"L" + os.readlink(p).encode())
+        elif p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def leaked_sandbox_pids() -> set[int]:
+    """Processes in a pid namespace other than ours with no live sandbox run above them: a run
+    in progress (anyone's) has its helper, in our namespace, among the ancestors; a leaked
+    process was orphaned to pid 1."""
+    own = os.readlink("/proc/self/ns/pid")
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == own:
+                continue
+            p = pid
+            while p > 1 and os.readlink(f"/proc/{p}/ns/pid") != own:
+                p = _ppid(p)
+            if p <= 1:
+                out.add(pid)
+        except (OSError, ValueError, IndexError):
+            pass  # gone while we looked
+    return out
+
+
+class HostGuard:
+    """Snapshot what a sandboxed run must not change; `check()` asserts nothing did."""
+
+    def __init__(self, watched: list[Path], forbidden: list[Path]) -> None:
+        self.watched, self.forbidden = watched, forbidden
+        self.digests = {p: tree_digest(p) for p in watched}
+
+    def check(self) -> None:
+        for p, digest in self.digests.items():
+            assert tree_digest(p) == digest, f"{p} changed"
+        for p in self.forbidden:
+            assert not os.path.lexists(p), f"{p} was created on the host"
+        deadline = time.monotonic() + 5
+        while (left := leaked_sandbox_pids()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"sandboxed processes outlived their run: {sorted(left)}"
+
+    def cleanup(self) -> None:
+        for p in self.forbidden:
+            if os.path.lexists(p) and not os.path.isdir(p):
+                os.unlink(p)
+
+
+def plant_caches(task_dir: Path) -> list[str]:
+    """Leave in the task's repo/ what a careless generator would: an unchecked-hash .pyc of the
+    original (Python loads it whatever the source says), the original in .git objects, and in
+    type-checker and linter caches. Returns the planted paths (relative to repo/)."""
+    task = json.loads((task_dir / "task.json").read_text())
+    repo, original = task_dir / "repo", task_dir / "solution" / task["file"]
+    text = original.read_bytes()
+    rel = Path(task["file"])
+    pyc = rel.parent / "__pycache__" / f"{rel.stem}.{sys.implementation.cache_tag}.pyc"
+    (repo / pyc).parent.mkdir(parents=True, exist_ok=True)
+    py_compile.compile(str(original), cfile=str(repo / pyc), dfile=str(repo / rel),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH, doraise=True)
+    blob = b"blob %d\0" % len(text) + text
+    digest = hashlib.sha1(blob).hexdigest()
+    files = {
+        f".git/objects/{digest[:2]}/{digest[2:]}": zlib.compress(blob), ".git/HEAD": b"ref: refs/heads/main\n",
+        f".mypy_cache/3.11/{rel.with_suffix('.data.json')}": json.dumps({"source": text.decode()}).encode(),
+        f".ruff_cache/0.5.0/{digest}": text, f".pytype/pyi/{rel.stem}.py": text,
+    }
+    for path, data in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(data)
+    return [pyc.as_posix(), *files]

@@ -1,0 +1,317 @@
+"""The Feature Deletion task generator on the `minilib` fixture (tests/fixtures/minilib, whose
+traps are described in its README) and on a real PyPI sdist (inflection 0.5.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from feature_deletion.baseline import BuildError, copy_tree
+from feature_deletion.deletion import apply_deletions, find_functions
+from feature_deletion.gates import COLLATERAL, FAILS_BEFORE, NOT_FAILING, RESTORE_FAILS, Gates
+from feature_deletion.generate import build
+from feature_deletion.pytest_run import run_pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+MINILIB = Path(__file__).parent / "fixtures" / "minilib"
+quiet = lambda m: None  # noqa: E731
+
+
+def without_timings(manifest: dict) -> dict:
+    m = json.loads(json.dumps(manifest))
+    m["report"].pop("seconds")
+    return m
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("full") / "set"
+    return build(str(MINILIB), out, seed=0, jobs=2, log=quiet), out
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("small") / "set"
+    return build(str(MINILIB), out, seed=0, max_tasks=3, jobs=2, log=quiet), out
+
+
+# ------------------------------------------------------------------ the four gates
+@pytest.fixture(scope="module")
+def gates(full, tmp_path_factory) -> Gates:
+    work = tmp_path_factory.mktemp("gates")
+    copy_tree(MINILIB, work / "pristine")
+    baseline = full[0]["tasks"][0]["baseline_passing"]
+    return Gates(work / "pristine", work / "scratch", [], ["tests"], baseline, timeout_s=120)
+
+
+def check(gates: Gates, file: str, qualname: str, tests: list[str]):
+    source = (gates.pristine / file).read_text()
+    fn = next(f for f in find_functions(source) if f.qualname == qualname)
+    return gates.check({file: apply_deletions(source, [(fn, "body")])}, tests)
+
+
+def ids(module: str, *names: str) -> list[str]:
+    return [f"tests/{module}::{n}" for n in names]
+
+
+def test_gates_accept_a_sound_deletion(gates):
+    tests = ids("test_report.py", "test_from_records", "test_from_records_columns", "test_from_records_missing_key")
+    res = check(gates, "minilib/report.py", "TextTable.from_records", tests)
+    assert res.accepted and res.tests == tests
+
+
+def test_gate_a_tests_must_pass_on_the_pristine_tree(gates):
+    # The lookup tests pass inside the suite (test_register_handlers runs first) but not on their own.
+    tests = ids("test_registry.py", "test_lookup_exact", "test_lookup_dotted", "test_lookup_default", "test_lookup_missing")
+    assert set(tests) <= set(gates.baseline_passing)
+    res = check(gates, "minilib/registry.py", "lookup", tests)
+    assert res.reason == FAILS_BEFORE, res
+
+
+def test_gate_b_tests_must_fail_after_deletion(gates):
+    # parse_number falls back to _parse_grouped when _parse_plain raises: deleting it breaks nothing.
+    tests = ids("test_numeric.py", "test_parse_plain", "test_parse_negative", "test_parse_thousands",
+                "test_parse_decimal_comma")
+    res = check(gates, "minilib/numeric.py", "_parse_plain", tests)
+    assert res.reason == NOT_FAILING and res.tests == [], res
+
+
+def test_gate_c_other_tests_must_still_pass(gates):
+    # build_table also runs at import time: without it `import minilib` fails for every test.
+    tests = ids("test_units.py", "test_build_table_identity", "test_build_table_extra_unit", "test_build_table_inverse")
+    res = check(gates, "minilib/units.py", "build_table", tests)
+    assert res.reason == COLLATERAL and res.tests == tests, res
+
+
+def test_gate_d_restoring_the_body_must_pass_again(gates):
+    # A failed render leaves its lock file in the tree: the restored code then still fails.
+    tests = ids("test_report.py", "test_render", "test_render_empty", "test_render_twice", "test_render_wide_header")
+    res = check(gates, "minilib/report.py", "TextTable._render_lines", tests)
+    assert res.reason == RESTORE_FAILS and res.tests == tests, res
+
+
+# ------------------------------------------------------------------ body replacement
+def test_body_replacement_keeps_decorators_signature_docstring(full):
+    _, out = full
+    task = out / "tasks" / "minilib.report--TextTable.from_records--body"
+    broken = (task / "repo" / "minilib" / "report.py").read_text()
+    original = (MINILIB / "minilib" / "report.py").read_text()
+    head = original[:original.index("    @staticmethod")]
+    assert broken == head + (
+        "    @staticmethod\n"
+        "    def from_records(records: list[dict],\n"
+        "                     columns: list[str] | None = None) -> \"TextTable\":\n"
+        "        \"\"\"Build a table from dicts; columns default to the first record's keys.\"\"\"\n"
+        "        raise NotImplementedError\n")
+    assert (task / "solution" / "minilib" / "report.py").read_text() == original
+    code = ("import minilib, inspect\n"
+            "print(inspect.signature(minilib.TextTable.from_records), minilib.TextTable.from_records.__doc__)\n"
+            "try:\n    minilib.TextTable.from_records([])\nexcept NotImplementedError:\n    print('raises')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=task / "repo", capture_output=True, text=True,
+                         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert res.stdout.splitlines() == [
+        "(records: list[dict], columns: list[str] | None = None) -> 'TextTable' "
+        "Build a table from dicts; columns default to the first record's keys.", "raises"], res.stderr
+    # Every other file of the task's repo is the pristine fixture's; only report.py is in solution/.
+    files = sorted(p.relative_to(MINILIB) for p in MINILIB.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert files == sorted(p.relative_to(task / "repo") for p in (task / "repo").rglob("*") if p.is_file())
+    changed = [f for f in files if (MINILIB / f).read_bytes() != (task / "repo" / f).read_bytes()]
+    solution = [p.relative_to(task / "solution") for p in (task / "solution").rglob("*") if p.is_file()]
+    assert changed == solution == [Path("minilib/report.py")]
+
+
+def test_replace_body_without_docstring_and_one_liners():
+    src = ("class A:\n    def f(self, x):\n        # how\n        y = x + 1\n\n        return y\n        # end\n\n"
+           "    def g(self): return 1\n")
+    f, g = find_functions(src)
+    assert apply_deletions(src, [(f, "body")]) == (
+        "class A:\n    def f(self, x):\n        raise NotImplementedError\n\n    def g(self): return 1\n")
+    assert (f.body_lines, g.body_lines, g.replaceable) == (2, 0, False)
+
+
+# ------------------------------------------------------------------ report, reproducibility
+def test_fixture_report_pinned(full):
+    manifest, out = full
+    r = manifest["report"]
+    assert without_timings(manifest)["report"] | {"rejected_examples": None} == {
+        "tests_collected": 56, "tests_stable_passing": 54,
+        "unstable": ["tests/test_misc.py::test_flaky_median"],
+        "baseline_failing": ["tests/test_text.py::test_word_wrap_empty_known_bug"], "tests_skipped": 0,
+        "candidates": 26, "accepted": 10,
+        "rejected": {"collateral_failures": 1, "fails_before": 1, "not_failing_after_deletion": 1,
+                     "restore_fails": 1, "too_few_tests": 3, "too_long": 1, "too_many_tests": 1,
+                     "too_short": 6, "unstable_tests": 1},
+        "rejected_examples": None, "passed_filters": 14, "evaluated": 14, "not_evaluated": 0}
+    assert r["rejected_examples"]["collateral_failures"] == ["minilib.units.build_table"]
+    assert r["rejected_examples"]["too_many_tests"] == ["minilib.text._normalize"]
+    assert r["rejected_examples"]["too_long"] == ["minilib.numeric.number_name"]
+    assert r["candidates"] == r["accepted"] + sum(r["rejected"].values()) + r["not_evaluated"]
+    assert sorted(t["id"] for t in manifest["tasks"]) == sorted(p.name for p in (out / "tasks").iterdir())
+    for t in manifest["tasks"]:
+        assert json.loads((out / "tasks" / t["id"] / "task.json").read_text()) == t
+        assert t["n_tests"] == len(t["tests"]) >= 3 and set(t["tests"]) <= set(t["baseline_passing"])
+        assert t["test_paths"] == ["pyproject.toml", "tests"] and t["pytest_args"] == ["tests"]
+
+
+def test_same_seed_same_manifest_other_seed_other_choice(small, tmp_path):
+    again = build(str(MINILIB), tmp_path / "again", seed=0, max_tasks=3, jobs=1, log=quiet)
+    assert without_timings(again) == without_timings(small[0])  # jobs does not change the result
+    assert tree_digest(tmp_path / "again" / "tasks") == tree_digest(small[1] / "tasks")
+    other = build(str(MINILIB), tmp_path / "other", seed=1, max_tasks=3, jobs=2, log=quiet)
+    assert [t["id"] for t in other["tasks"]] != [t["id"] for t in small[0]["tasks"]]
+
+
+def test_with_helpers_deletes_the_helpers_too(tmp_path):
+    m = build(str(MINILIB), tmp_path / "h", seed=0, variant="with_helpers", jobs=2, log=quiet)
+    by_id = {t["id"]: t for t in m["tasks"]}
+    assert sorted(by_id) == ["minilib.numeric--parse_number--with_helpers", "minilib.report--TextTable.render--with_helpers",
+                             "minilib.text--slugify--with_helpers", "minilib.text--title_case--with_helpers"]
+    t = by_id["minilib.text--slugify--with_helpers"]
+    assert [(d["qualname"], d["kind"]) for d in t["deleted"]] == [("slugify", "body"), ("_collapse_separators", "removed")]
+    text = (tmp_path / "h" / "tasks" / t["id"] / "repo" / "minilib" / "text.py").read_text()
+    assert "_collapse_separators" not in text and "def _normalize" in text
+    assert ('def slugify(text, sep="-"):\n    """\'Hello, World!\' -> \'hello-world\' (at most 60 characters)."""\n'
+            "    raise NotImplementedError\n\n\ndef _is_small") in text
+    assert t["tests"] == ids("test_text.py", "test_slugify_basic", "test_slugify_custom_separator",
+                             "test_slugify_empty", "test_slugify_long_text_is_cut")
+    assert m["report"]["rejected"] == {"no_private_helpers": 22}
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_builds_the_same_set_as_the_api(small, tmp_path):
+    out = tmp_path / "cli"
+    res = subprocess.run(["uv", "run", "--no-sync", "composer-prime", "env", "build-tasks", "feature-deletion",
+                          "--source", str(MINILIB), "--out", str(out), "--seed", "0", "--max-tasks", "3", "--jobs", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == str(out)
+    assert "baseline run 1/2" in res.stderr and "accepted" in res.stderr  # progress on stderr
+    assert without_timings(json.loads((out / "manifest.json").read_text())) == without_timings(small[0])
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str]:
+    from composer_prime.entrypoints.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["env", "build-tasks", "feature-deletion", *argv])
+    return e.value.code, capsys.readouterr().err
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+TINY = "def f(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "source not found"),
+    ("not_python", "not a Python project"),
+    ("no_tests", "no tests collected"),
+    ("no_tasks", "no task accepted"),
+    ("out_not_empty", "--out is not empty"),
+    ("bad_pypi", "pypi source must pin one version"),
+    ("out_in_source", "--out must not be inside the source tree"),
+])
+def test_cli_bad_input_is_one_line_exit_2(case, message, tmp_path, capsys):
+    src, out = tmp_path / "src", tmp_path / "out"
+    if case == "not_python":
+        write_tree(src, {"README.md": "hello\n"})
+    if case == "no_tests":
+        write_tree(src, {"pkg/__init__.py": TINY, "tests/test_pkg.py": "import pkg\n"})
+    if case == "out_in_source":
+        out = src / "tasks"
+    if case in ("no_tasks", "out_not_empty", "out_in_source"):
+        test = "from pkg import f\n\ndef test_f():\n    assert f(1) == 1\n"
+        write_tree(src, {"pkg/__init__.py": TINY, "tests/test_pkg.py": test})
+    if case == "out_not_empty":
+        write_tree(out, {"keep.txt": "mine\n"})
+    source = "pypi:inflection" if case == "bad_pypi" else str(src)
+    code, err = cli(["--source", source, "--out", str(out)], capsys)
+    # Progress lines may come first; the error is the last line, and the only one.
+    lines = err.splitlines()
+    assert code == 2 and lines[-1].startswith("error: ") and message in lines[-1], err
+    assert sum(ln.startswith("error") for ln in lines) == 1 and "Traceback" not in err
+    assert (out / "keep.txt").exists() if case == "out_not_empty" else not out.exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_cli_bad_input_as_a_subprocess(tmp_path):
+    res = subprocess.run(["uv", "run", "--no-sync", "composer-prime", "env", "build-tasks", "feature-deletion",
+                          "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "out")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr == f"error: source not found: {tmp_path / 'nope'}\n"
+
+
+def test_interrupted_build_leaves_no_task_set(tmp_path):
+    def log(msg: str) -> None:
+        if msg.startswith("[2/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build(str(MINILIB), tmp_path / "out", seed=0, log=log)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refuses_a_source_installed_in_this_interpreter(tmp_path):
+    # `coverage` is installed here: its tests would import that copy, and so could an agent.
+    src = write_tree(tmp_path / "src", {"coverage/__init__.py": TINY, "tests/test_c.py": "def test_c():\n    pass\n"})
+    with pytest.raises(BuildError, match="coverage is installed in this interpreter"):
+        build(str(src), tmp_path / "out", log=quiet)
+
+
+def test_run_pytest_reads_nodeids_and_outcomes(tmp_path):
+    tree = write_tree(tmp_path / "t", {
+        "tests/test_a.py": ("import pytest\n\nclass TestK:\n    def test_ok(self):\n        pass\n\n"
+                            "@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x):\n    assert x == 1\n\n"
+                            "@pytest.mark.skip\ndef test_s():\n    pass\n"),
+        "tests/sub/test_b.py": "import nothing_here\n",
+    })
+    res = run_pytest(tree, ["tests"], tmp_path / "j.xml", timeout_s=120)
+    assert res == {"tests/test_a.py::TestK::test_ok": "passed", "tests/test_a.py::test_p[1]": "passed",
+                   "tests/test_a.py::test_p[2]": "failed", "tests/test_a.py::test_s": "skipped",
+                   "tests/sub/test_b.py": "error"}
+    assert not list(tree.rglob("__pycache__")) and not (tree / ".pytest_cache").exists()
+
+
+# ------------------------------------------------------------------ a real PyPI sdist
+def test_real_sdist_inflection(tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import inflection"], cwd=tmp_path, capture_output=True)
+    assert gone.returncode != 0, "inflection must not be installed in this venv"
+    # CI reaches PyPI (package registries are the one network it has): a failed download fails the test
+    m = build("pypi:inflection==0.5.1", tmp_path / "out", seed=0, max_tasks=3, jobs=2, log=quiet)
+    r = m["report"]
+    assert m["source"]["kind"] == "sdist" and len(m["source"]["sha256"]) == 64
+    assert r["accepted"] >= 3 and r["tests_collected"] == 455 == r["tests_stable_passing"]
+    assert r["candidates"] == r["accepted"] + sum(r["rejected"].values()) + r["not_evaluated"]
+    assert r["evaluated"] + r["not_evaluated"] == r["passed_filters"]
+    task = m["tasks"][0]
+    assert task["pytest_args"] == ["test_inflection.py"] and "test_inflection.py" in task["test_paths"]
+    assert len(task["baseline_passing"]) == 455
+    # The task as written is what the gates accepted: broken fails its tests, the solution passes them.
+    d = tmp_path / "out" / "tasks" / task["id"]
+    assert not list(d.rglob("*.egg-info")) and not list(d.rglob("__pycache__"))
+    broken = run_pytest(d / "repo", task["tests"], tmp_path / "b.xml", timeout_s=120)
+    assert all(broken.get(t) != "passed" for t in task["tests"])
+    fixed = tmp_path / "fixed"
+    shutil.copytree(d / "repo", fixed)
+    shutil.copytree(d / "solution", fixed, dirs_exist_ok=True)
+    assert all(v == "passed" for v in run_pytest(fixed, task["tests"], tmp_path / "f.xml", 120).values())

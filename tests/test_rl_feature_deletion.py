@@ -1,0 +1,63 @@
+"""One full `rl` step on Feature Deletion: tool calls run in the sandbox, sandboxed scoring, an update.
+
+The tiny model is first taught (a few seconds of `uv run sft`) to open with a tool call, so that
+its rollouts really use the tools; it cannot rebuild functions, so rewards are 0 and the group
+spread comes from the config's length penalty.
+"""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT, free_port
+
+FIXTURE = ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib"
+CALL = '<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>'
+
+
+def run(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, **kw)
+
+
+def test_one_rl_step_on_feature_deletion(tmp_path, tiny_model_dir):
+    tasks = tmp_path / "tasks"
+    built = run("composer_prime.entrypoints.cli", "env", "build-tasks", "feature-deletion", "--source", str(FIXTURE),
+                "--out", str(tasks), "--max-tasks", "2")
+    assert built.returncode == 0, built.stderr[-2000:]
+
+    from composer_prime.orchestrator.envs import load_tasks, messages
+
+    demos = tmp_path / "demos.jsonl"
+    prompts = [messages(t) for t in load_tasks("feature-deletion", {"taskset_dir": str(tasks)})]
+    demos.write_text("".join(json.dumps({"messages": m + [{"role": "assistant", "content": CALL}]}) + "\n" for m in prompts))
+    sft = run("composer_prime.entrypoints.sft", "--model", str(tiny_model_dir), "--data", str(demos), "--output_dir",
+              str(tmp_path / "agent"), "--max_steps", "80", "--batch_size", "2", "--lr", "1e-3", "--warmup_steps", "5")
+    assert sft.returncode == 0, sft.stderr[-2000:]
+
+    run_dir = tmp_path / "run"
+    env = f'[{{id = "feature-deletion", max_turns = 3, args = {{taskset_dir = "{tasks}"}}, eval_args = {{taskset_dir = "{tasks}"}}}}]'
+    rl = run("composer_prime.entrypoints.rl", "@", "configs/feature-deletion.toml", "--model", str(tmp_path / "agent"),
+             "--output_dir", str(run_dir), "--max_steps", "1", "--orchestrator.envs", env, "--orchestrator.eval.num_tasks", "1",
+             "--orchestrator.sampling.max_tokens", "48", "--inference.port", str(free_port()),
+             "--transport.address", f"tcp://127.0.0.1:{free_port()}")
+    assert rl.returncode == 0, rl.stdout[-3000:] + rl.stderr[-3000:]
+    step = next(json.loads(ln) for ln in (run_dir / "orchestrator" / "metrics.jsonl").read_text().splitlines()
+                if "rollouts" in json.loads(ln))
+    assert step["rollouts"] == 8
+    assert step["env/feature-deletion/tool_calls"] > 0  # the policy called tools, which ran in the sandbox
+    assert 0.0 <= step["env/feature-deletion/reward"] <= 1.0  # sandboxed scoring ran for every rollout
+    assert step["adv_abs_mean"] > 0
+    trainer = [json.loads(ln) for ln in (run_dir / "trainer" / "metrics.jsonl").read_text().splitlines()]
+    assert len(trainer) == 1 and trainer[0]["trained_tokens"] > 0 and trainer[0]["grad_norm"] > 0
+    assert (run_dir / "weights").exists()
+
+
+def test_a_missing_task_set_is_a_clear_error(tmp_path):
+    from composer_prime.orchestrator.envs import load_tasks
+
+    try:
+        load_tasks("feature-deletion", {"taskset_dir": str(tmp_path / "nope")})
+    except SystemExit as e:
+        assert "nope" in str(e) and "build-tasks" in str(e)
+    else:
+        raise AssertionError("loading a missing task set must fail")
