@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import verifiers.v1 as vf
+from pydantic import ValidationError
 from verifiers.v1.utils.generic import concrete_type
 from verifiers.v1.utils.loaders import taskset_class
 
@@ -21,8 +22,13 @@ def load_tasks(taskset_id: str, args: dict[str, Any]) -> list[vf.Task]:
         raise SystemExit(f"environment '{taskset_id}' is not installed (uv pip install -e environments/{taskset_id})") from None
     config_cls = concrete_type(cls, vf.TasksetConfig, origin=vf.Taskset) or vf.TasksetConfig
     try:
-        return list(cls(config_cls.model_validate({"id": taskset_id, **args})))
-    except (OSError, ValueError) as e:  # bad args or missing data: the user's to fix, not a traceback
+        config = config_cls.model_validate({"id": taskset_id, **args})
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'args'}: {x['msg']}" for x in e.errors())
+        raise SystemExit(f"environment '{taskset_id}': bad args: {problems}") from None
+    try:
+        return list(cls(config))
+    except (OSError, ValueError) as e:  # missing or malformed data: the user's to fix, not a traceback
         raise SystemExit(f"environment '{taskset_id}': {e}") from None
 
 
