@@ -78,9 +78,10 @@ class Orchestrator:
         """Held-out reward per environment on fixed tasks and seeds (comparable across steps);
         `eval_reward` is their mean weighted by the mix ratios."""
         version = min(await self.client.versions())
+        per_env = await asyncio.gather(*(asyncio.gather(*(self._group(env, t, 2, 10_000_000 + i)
+                                                          for i, t in enumerate(env.held_out))) for env in self.envs))
         row: dict = {}
-        for env in self.envs:
-            groups = await asyncio.gather(*(self._group(env, t, 2, 10_000_000 + i) for i, t in enumerate(env.held_out)))
+        for env, groups in zip(self.envs, per_env):  # every environment's held-out set in one concurrent pass
             row |= env_metrics(f"eval/{env.cfg.id}", [r for g in groups for r in g])
         row["eval_reward"] = sum(env.weight * row[f"eval/{env.cfg.id}/reward"] for env in self.envs)
         return row, version
@@ -102,17 +103,18 @@ class Orchestrator:
                 stats["groups"] += 1
                 seen[env.cfg.id] += g
                 tokens += sum(r.model_tokens for r in g)
+                shaped = [self.shaped(r) for r in g]  # once per group: spread check and advantages
                 if min(r.weight_version for r in g) < step - cfg.max_async_level:
                     stats["stale"] += len(g)
-                elif cfg.dynamic_sampling and not has_spread([self.shaped(r) for r in g]):
+                elif cfg.dynamic_sampling and not has_spread(shaped):
                     stats["flat_groups"] += 1
                 else:
-                    kept[env.cfg.id].append(g)
+                    kept[env.cfg.id].append((g, shaped))
         gen_s = time.time() - start
         samples, advantages = [], []
         for env in self.envs:
-            for g in kept[env.cfg.id][: env.groups]:
-                for r, a in zip(g, group_advantages([self.shaped(r) for r in g], cfg.advantage)):
+            for g, shaped in kept[env.cfg.id][: env.groups]:
+                for r, a in zip(g, group_advantages(shaped, cfg.advantage)):
                     samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
                     advantages.append(a)
         rollouts = [r for rs in seen.values() for r in rs]
