@@ -11,10 +11,12 @@ from safetensors.torch import save_file
 from composer_prime.config.models import TrainerConfig
 from composer_prime.trainer.model import full_state_dict, load_model, shard
 from composer_prime.trainer.train import train_step
-from composer_prime.transports.batches.schema import Batch, Sample
+from composer_prime.transports.batches.schema import Batch, Sample, Teacher
 
 
-def fixed_batch() -> Batch:
+def fixed_batch(distill: bool) -> Batch:
+    """12 samples; with `distill`, sample 0 alone has an error turn with a hinted teacher, so one
+    rank has teachers and the other none (its teacher forwards must still match in number)."""
     rng = random.Random(0)
     samples = []
     for i in range(12):
@@ -22,19 +24,24 @@ def fixed_batch() -> Batch:
         ids = [rng.randrange(3, 500) for _ in range(n_prompt + n_out)]
         adv = rng.uniform(-1, 1)
         # sampling log-probs around the tiny model's own (~ -ln 512): ratios pi_old/mu land both in and out of the mask band
-        samples.append(Sample(ids, [0.0] * n_prompt + [rng.uniform(-8.0, -4.5) for _ in range(n_out)],
-                              [0.0] * n_prompt + [adv] * n_out, {"rl": [0.0] * n_prompt + [1.0] * n_out}))
+        s = Sample(ids, [0.0] * n_prompt + [rng.uniform(-8.0, -4.5) for _ in range(n_out)],
+                   [0.0] * n_prompt + [adv] * n_out, {"rl": [0.0] * n_prompt + [1.0] * n_out})
+        if distill:
+            hint = [rng.randrange(3, 500) for _ in range(4)] if i == 0 else []
+            s.teachers = [Teacher(ids[:n_prompt] + hint + ids[n_prompt:], n_prompt + len(hint), n_prompt, n_out)] if i == 0 else []
+            s.channel_weights["distill"] = [0.0] * n_prompt + [float(i == 0)] * n_out
+        samples.append(s)
     return Batch(step=0, samples=samples)
 
 
-def main(model_dir: str, out: str, rl_loss: str = "{}") -> None:
+def main(model_dir: str, out: str, loss: str = "{}") -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    cfg = TrainerConfig(micro_batch_tokens=64, loss={"rl": json.loads(rl_loss)})
+    cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
     model = shard(load_model(model_dir))
     ref = shard(load_model(model_dir)).eval() if cfg.loss.rl.kl_coef > 0 else None
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    metrics = train_step(cfg, model, optim, fixed_batch(), pad_id=0, ref_model=ref)
+    metrics = train_step(cfg, model, optim, fixed_batch("distill" in cfg.loss.weights), pad_id=0, ref_model=ref)
     state = full_state_dict(model)
     if dist.get_rank() == 0:
         save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, f"{out}/weights.safetensors")  # tied

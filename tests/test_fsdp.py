@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 from tests.conftest import ROOT, free_port
 
 
-def run(nproc: int, model_dir, out, rl_loss: dict | None = None) -> tuple[dict, dict]:
+def run(nproc: int, model_dir, out, loss: dict | None = None) -> tuple[dict, dict]:
     out.mkdir()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-                    f"--master-port={free_port()}", "tests/fsdp_worker.py", str(model_dir), str(out), json.dumps(rl_loss or {})],
+                    f"--master-port={free_port()}", "tests/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})],
                    cwd=ROOT, check=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
                                                             **{k: v for k, v in __import__("os").environ.items()}})
     return json.loads((out / "metrics.json").read_text()), load_file(str(out / "weights.safetensors"))
@@ -22,9 +22,11 @@ def run(nproc: int, model_dir, out, rl_loss: dict | None = None) -> tuple[dict, 
 
 # the default objective, and every non-default branch whose normaliser or extra input spans ranks:
 # per-sequence means (global sequence count), ratio-band masking, the two-sided clip, k3 KL to a
-# frozen reference sharded like the policy
-OBJECTIVES = {"default": {}, "grpo-mask-delta-kl": {"norm": "sequence", "off_policy": "mask", "two_sided_delta": 4.0,
-                                                    "kl_coef": 0.1}}
+# frozen reference sharded like the policy; the distill channel, whose teacher forward runs on
+# every rank although only one rank holds an error turn
+OBJECTIVES = {"default": {},
+              "grpo-mask-delta-kl": {"rl": {"norm": "sequence", "off_policy": "mask", "two_sided_delta": 4.0, "kl_coef": 0.1}},
+              "rl+distill": {"weights": {"rl": 1.0, "distill": 0.5}}}
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -36,12 +38,14 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective):
     # the gradient norm (before clipping) catches a rank-averaging scale error
     assert m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
     assert m1["grad_norm"] > 0
-    for key in ("masked", "ref_kl", "clipped"):  # the objective's own statistics agree too
+    for key in ("masked", "ref_kl", "clipped", "loss/distill"):  # the objective's own statistics agree too
         if key in m1:
             assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-7), key
-    if objective != "default":
+    if objective == "grpo-mask-delta-kl":
         assert 0 < m1["masked"] < 1  # the band masks some tokens, not all
         assert "ref_kl" in m1
+    if objective == "rl+distill":
+        assert m1["loss/distill"] > 0
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     moved = max((w1[k] - base[k]).abs().max().item() for k in base)
     assert moved > 5e-6  # the step really changed the weights (Adam step ~ lr = 1e-5 during warm-up)

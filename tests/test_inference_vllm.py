@@ -116,6 +116,23 @@ def test_logprobs_match_transformers(served: Served, temperature: float):
         assert (got - raw).abs().max() > 1e-2
 
 
+def test_score_matches_transformers_prompt_logprobs(served: Served):
+    ids, start, k = PROMPT + [40, 41, 42], 15, 4
+    s = served.run(served.engine.score(ids, start, k))
+    model = AutoModelForCausalLM.from_pretrained(served.model_a, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, start - 1 : -1], -1)
+    actual = want.gather(-1, torch.tensor(ids[start:])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(s.token_logprobs), actual, atol=1e-3)
+    assert torch.allclose(torch.tensor(s.top_logprobs), want.topk(k, -1).values, atol=1e-3)
+    assert torch.allclose(torch.tensor(s.top_logprobs), want.gather(-1, torch.tensor(s.top_ids)), atol=1e-3)
+    assert s.weight_version == served.engine.weight_version
+    with pytest.raises(NotImplementedError, match="temperature 1 only"):  # vLLM's prompt log-probs are raw
+        served.run(served.engine.score(ids, start, k, temperature=0.7))
+    with pytest.raises(ValueError, match="greater than max allowed"):  # vLLM's --max-logprobs, 20 by default
+        served.run(served.engine.score(ids, start, 21))
+
+
 def test_same_seed_same_tokens(served: Served):
     a = served.generate(max_tokens=16, temperature=1.0, seed=123)
     b = served.generate(max_tokens=16, temperature=1.0, seed=123)

@@ -10,9 +10,11 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from composer_prime.config.models import SamplingConfig
+from composer_prime.config.models import DistillConfig, SamplingConfig
 from composer_prime.orchestrator.client import Completion
+from composer_prime.orchestrator.distill import Distiller, DistillStats
 from composer_prime.orchestrator.envs import load_tasks
+from composer_prime.orchestrator.error_sites import ErrorSite
 from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.orchestrator.tool_calls import parse_tool_call
 from composer_prime.utils.chat import encode_chat
@@ -52,7 +54,9 @@ RIGHT = '<tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_c
 
 def test_conversation_tokens_are_the_template_rendering_and_only_model_tokens_train(tok, task):
     r, policy = run(tok, task, [WRONG, RIGHT, "1660"])
-    assert r.reward == 1.0 and r.metrics == {"calc_ok": 1.0, "turns": 3.0, "tool_calls": 2.0, "tool_errors": 1.0}
+    assert r.reward == 1.0 and r.metrics == {"calc_ok": 1.0, "turns": 3.0, "tool_calls": 2.0, "tool_errors": 1.0,
+                                             "error_sites": 1.0, "sites/parse": 0.0, "sites/unknown_tool": 1.0,
+                                             "sites/bad_arguments": 0.0, "sites/tool_error": 0.0, "sites/format": 0.0}
     assert [t.error for t in r.turns] == ["unknown tool 'calculator': the only tool is 'calc'", None, None]
     conversation = [{"role": "system", "content": task.data.system_prompt}, {"role": "user", "content": task.data.prompt},
                     {"role": "assistant", "content": WRONG},
@@ -111,3 +115,25 @@ def test_the_context_budget_stops_generation(tok, task):
 def test_tool_call_parser_errors(text, error):
     got = parse_tool_call(text)
     assert (got is None) if error is None else (got.error == error)
+
+
+def test_error_turns_become_hinted_teachers_over_the_same_tokens(tok, task):
+    r, _ = run(tok, task, [WRONG, RIGHT, "The answer is 1660"])
+    assert r.sites == [ErrorSite(0, "unknown_tool", "unknown tool 'calculator'; the tools are: calc", "calculator"),
+                       ErrorSite(2, "format", "the final reply must be the number only")]
+    stats = DistillStats()
+    asyncio.run(Distiller(DistillConfig(enabled=True), tok, client=None).attach(r, stats))
+    assert (stats.sites, stats.hinted) == (2, 2) and len(r.teachers) == 2
+    ids = r.prompt_ids + r.completion_ids
+    hint = 'The only tool is `calc`, not `calculator`: <tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_call>'
+    first = r.teachers[0]  # the environment's hint, as a user message before the error turn
+    assert first.input_ids[: first.start] == encode_chat(tok, r.opening + [{"role": "user", "content": hint}])
+    for t, turn in zip(r.teachers, (r.turns[0], r.turns[2])):
+        assert (t.student_start, t.length) == (len(r.prompt_ids) + turn.start, turn.end - turn.start)
+        assert t.input_ids[t.start:] == ids[t.student_start: t.student_start + t.length]
+    sample = r.to_sample(advantage=0.0, temperature=1.0, seq_len=512, rl=False)
+    on = [i for i, w in enumerate(sample.channel_weights["distill"]) if w]
+    assert on == [i for t in r.teachers for i in range(t.student_start, t.student_start + t.length)]
+    assert sum(sample.channel_weights["rl"]) == 0  # a distill-only sample
+    # cut inside the last error turn: that teacher is dropped, the first stays
+    assert len(r.to_sample(0.0, 1.0, r.teachers[1].student_start + 2).teachers) == 1

@@ -110,6 +110,29 @@ class EvalConfig(Strict):
     num_tasks: int = 64
 
 
+class HintConfig(Strict):
+    """Where hints come from, tried in order until one answers (orchestrator/hints.py)."""
+
+    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1)
+    templates: dict[str, str] = Field(default_factory=dict)  # per error kind, overriding the built-in ones
+    llm_url: str | None = None  # any OpenAI-compatible server (our own inference server too)
+    llm_model: str | None = None
+    llm_timeout_s: float = Field(10.0, gt=0)
+    cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
+    role: str = "user"  # the chat role of the inserted hint message
+
+
+class DistillConfig(Strict):
+    """Hint self-distillation at error turns: find error sites, hint them, ship teacher contexts."""
+
+    enabled: bool = False
+    teacher: Literal["trainer", "inference"] = "trainer"  # who scores the teacher context (trainer/teacher.py says why)
+    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
+    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
+    flat_groups: bool = True  # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
+    hints: HintConfig = Field(default_factory=HintConfig)
+
+
 class OrchestratorConfig(Shared, Pinned):
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1)
@@ -122,6 +145,7 @@ class OrchestratorConfig(Shared, Pinned):
     overlong_cache: int = Field(4, ge=1)  # DAPO L_cache: the soft band below L_max
     length_penalty: float = 0.0  # reward -= length_penalty * completion_tokens / sampling.max_tokens
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
+    distill: DistillConfig = Field(default_factory=DistillConfig)
     max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
     max_concurrency: int = 32
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
@@ -172,8 +196,19 @@ class RLLossConfig(Strict):
     kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
 
 
+class DistillLossConfig(Strict):
+    """The `distill` channel (hint self-distillation); formulas in trainer/loss/distill.py."""
+
+    beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
+    temperature: float = Field(1.0, gt=0.0)
+    top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
+    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence
+    teacher: Literal["current", "frozen"] = "current"  # the policy being trained, or the initial weights
+
+
 class LossConfig(Strict):
     rl: RLLossConfig = Field(default_factory=RLLossConfig)
+    distill: DistillLossConfig = Field(default_factory=DistillLossConfig)
     weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})
 
 

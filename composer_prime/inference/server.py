@@ -2,13 +2,15 @@
 
 Routes: /v1/models, /v1/completions, /v1/chat/completions (OpenAI shapes, with logprobs),
 /inference/v1/generate (token ids in, token ids + one log-prob per token out: the route
-verifiers' training client calls), /update_weights (hot-load a step directory), /health.
+verifiers' training client calls), /inference/v1/score (top-k next-token log-probs of a given
+sequence: a teacher's distribution for distillation), /update_weights (hot-load a step directory), /health.
 Every response carries the serving weight version (header X-Weight-Version, and in JSON).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 
@@ -34,6 +36,13 @@ class GenerateRequest(BaseModel):
     model: str | None = None
     token_ids: list[int]
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
+
+
+class ScoreRequest(BaseModel):
+    token_ids: list[int]
+    start: int
+    top_k: int
+    temperature: float = 1.0
 
 
 class UpdateWeights(BaseModel):
@@ -100,15 +109,21 @@ def build_app(state: ServerState) -> FastAPI:
             raise HTTPException(status_code=400, detail=f"weights at {req.path} refused: {e}") from None
         return {"weight_version": state.version}
 
-    async def run(prompt_ids: list[int], params: SamplingParams):
+    async def call(method, *args):
+        """An engine call stamped with the weight version in force when it was made; bad input is a 400."""
         state.stats["requests"] += 1
         version = state.version
         try:
-            gen = await state.engine.generate(prompt_ids, params)
+            out = await method(*args)
         except ValueError as e:
             raise HTTPException(status_code=400, detail=str(e)) from None
-        gen.weight_version = version
-        return gen
+        except NotImplementedError as e:
+            raise HTTPException(status_code=501, detail=str(e)) from None
+        out.weight_version = version
+        return out
+
+    async def run(prompt_ids: list[int], params: SamplingParams):
+        return await call(state.engine.generate, prompt_ids, params)
 
     @app.post("/inference/v1/generate")
     async def generate(req: GenerateRequest) -> dict:
@@ -127,6 +142,11 @@ def build_app(state: ServerState) -> FastAPI:
                 "finish_reason": gen.finish_reason,
             }],
         }
+
+    @app.post("/inference/v1/score")
+    async def score(req: ScoreRequest) -> dict:
+        scores = await call(state.engine.score, req.token_ids, req.start, req.top_k, req.temperature)
+        return dataclasses.asdict(scores)
 
     def openai_response(kind: str, gen, body: dict) -> JSONResponse:
         text = tok.decode([t for t in gen.token_ids if t not in (tok.eos_token_id,)], skip_special_tokens=True)

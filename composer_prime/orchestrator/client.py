@@ -1,4 +1,4 @@
-"""Async client for the inference server's token route, spread over several servers."""
+"""Async client for the inference server's token and score routes, spread over several servers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import itertools
 from dataclasses import dataclass
 
 import httpx
+
+from composer_prime.inference.engines.base import Scores
 
 
 @dataclass
@@ -32,6 +34,13 @@ class InferenceClient:
         choice = body["choices"][0]
         return Completion(choice["token_ids"], [c["logprob"] for c in choice["logprobs"]["content"]],
                           choice["finish_reason"], int(body.get("weight_version", r.headers.get("X-Weight-Version", 0))))
+
+    async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
+        """Top-k next-token log-probs at each position from `start` on (see `Engine.score`)."""
+        r = await self._http.post(f"{next(self._next)}/inference/v1/score",
+                                  json={"token_ids": token_ids, "start": start, "top_k": top_k, "temperature": temperature})
+        r.raise_for_status()
+        return Scores(**r.json())
 
     async def versions(self) -> list[int]:
         out = []

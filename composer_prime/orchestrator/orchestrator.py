@@ -25,6 +25,7 @@ from composer_prime.config.models import EnvConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
 from composer_prime.orchestrator.client import InferenceClient
+from composer_prime.orchestrator.distill import Distiller, DistillStats
 from composer_prime.orchestrator.envs import load_tasks
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.trainer import checkpoint
@@ -54,8 +55,12 @@ def mean(xs: list[float]) -> float:
 
 def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
     keys = sorted({k for r in rollouts for k in r.metrics})
-    return {f"{prefix}/reward": mean([r.reward for r in rollouts]),
-            **{f"{prefix}/{k}": mean([r.metrics[k] for r in rollouts if k in r.metrics]) for k in keys}}
+    out = {f"{prefix}/reward": mean([r.reward for r in rollouts]),
+           **{f"{prefix}/{k}": mean([r.metrics[k] for r in rollouts if k in r.metrics]) for k in keys}}
+    if "tool_calls" in keys:  # failed calls over all calls, pooled (a per-rollout mean would overweight short episodes)
+        calls = sum(r.metrics.get("tool_calls", 0) for r in rollouts)
+        out[f"{prefix}/tool_error_rate"] = sum(r.metrics.get("tool_errors", 0) for r in rollouts) / max(1.0, calls)
+    return out
 
 
 class Orchestrator:
@@ -68,6 +73,7 @@ class Orchestrator:
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e in cfg.envs]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
+        self.distiller = Distiller(cfg.distill, self.tok, self.client) if cfg.distill.enabled else None
         self.metrics_path = self.run / "orchestrator" / "metrics.jsonl"
 
     def _group(self, env: EnvRun, task, size: int, seed: int):
@@ -92,6 +98,7 @@ class Orchestrator:
         kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
         seen: dict[str, list[Rollout]] = {env.cfg.id: [] for env in self.envs}
         stats = {"stale": 0, "flat_groups": 0, "groups": 0}
+        flat: list[Rollout] = []  # rollouts of flat groups: no rl signal, but their error turns can be distilled
         start, tokens = time.time(), 0
         for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full
             draws = [(env, env.train[rng.randrange(len(env.train))], rng.randrange(2**31))
@@ -108,15 +115,24 @@ class Orchestrator:
                     stats["stale"] += len(g)
                 elif cfg.dynamic_sampling and not has_spread(shaped):
                     stats["flat_groups"] += 1
+                    flat += g
                 else:
                     kept[env.cfg.id].append((g, shaped))
+        batch_groups = [(g, shaped) for env in self.envs for g, shaped in kept[env.cfg.id][: env.groups]]
+        # at most one batch's worth: refill rounds can leave many flat groups, and the trainer's step time follows
+        distill_only = [r for r in flat if r.sites][: cfg.batch_size] if cfg.distill.flat_groups else []
+        dstats = DistillStats()
+        if self.distiller is not None:
+            await asyncio.gather(*(self.distiller.attach(r, dstats) for g, _ in batch_groups for r in g),
+                                 *(self.distiller.attach(r, dstats) for r in distill_only))
         gen_s = time.time() - start
         samples, advantages = [], []
-        for env in self.envs:
-            for g, shaped in kept[env.cfg.id][: env.groups]:
-                for r, a in zip(g, group_advantages(shaped, cfg.advantage)):
-                    samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
-                    advantages.append(a)
+        for g, shaped in batch_groups:
+            for r, a in zip(g, group_advantages(shaped, cfg.advantage)):
+                samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
+                advantages.append(a)
+        extra = [r.to_sample(0.0, cfg.sampling.temperature, cfg.seq_len, rl=False) for r in distill_only if r.teachers]
+        samples += [s for s in extra if s.teachers]  # only those whose error turn survived the length cut
         rollouts = [r for rs in seen.values() for r in rs]
         info = {
             "reward": mean([r.reward for r in rollouts]),
@@ -128,6 +144,11 @@ class Orchestrator:
             "policy_versions": sorted({s.policy_version for s in samples}),
             **stats,
         }
+        if self.distiller is not None:
+            info |= {"distill/sites": dstats.sites, "distill/hinted": dstats.hinted, "distill/no_hint": dstats.no_hint,
+                     "distill/template_misses": dstats.template, "distill/distill_only_samples": len(samples) - len(advantages),
+                     "distill/hinted_frac": sum(bool(r.teachers) for r in rollouts) / max(1, len(rollouts)),
+                     "distill/tokens": sum(t.length for s in samples for t in s.teachers)}
         for env in self.envs:
             info |= env_metrics(f"env/{env.cfg.id}", seen[env.cfg.id])
         return Batch(step=step, samples=samples, metrics={"reward": info["reward"]}), info
@@ -181,6 +202,8 @@ class Orchestrator:
                      "eval_s": time.time() - t_eval})
         log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{final}")
         sender.close()
+        if self.distiller is not None:
+            await self.distiller.close()
         await self.client.close()
 
 

@@ -18,8 +18,11 @@ from composer_prime.config.models import SamplingConfig
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.envs import messages, score
 from composer_prime.orchestrator.episode import TURN_SEED_STRIDE, Turn, converse, tool_metrics
-from composer_prime.transports.batches.schema import Sample
+from composer_prime.orchestrator.error_sites import ErrorSite, detect
+from composer_prime.transports.batches.schema import Sample, Teacher
 from composer_prime.utils.chat import continuation_ids, encode_chat
+
+SITE_KINDS = ("parse", "unknown_tool", "bad_arguments", "tool_error", "format")  # always reported, 0 when absent
 
 @dataclass
 class Rollout:
@@ -34,6 +37,10 @@ class Rollout:
     finish_reason: str = ""
     reward: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    opening: list[dict] = field(default_factory=list)  # the task's messages before the first turn
+    tools: list[dict] = field(default_factory=list)  # the session's tool schemas
+    sites: list[ErrorSite] = field(default_factory=list)  # turns that went wrong, and why
+    teachers: list[Teacher] = field(default_factory=list)  # hinted views of error turns (distill channel)
 
     @property
     def model_tokens(self) -> int:
@@ -44,24 +51,32 @@ class Rollout:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.model_mask += [1 if logprobs is not None else 0] * len(ids)
 
-    def to_sample(self, advantage: float, temperature: float, seq_len: int) -> Sample:
+    def to_sample(self, advantage: float, temperature: float, seq_len: int, rl: bool = True) -> Sample:
+        """`rl` False: a distill-only sample (its group had no reward spread to learn from)."""
         p = len(self.prompt_ids)
         keep = max(0, min(len(self.completion_ids), seq_len - p))  # over-long rollouts are cut, never silently dropped
         mask = self.model_mask[:keep]
+        weights = {"rl": [0.0] * p + [float(m and rl) for m in mask]}
+        teachers = [t for t in self.teachers if t.student_start + t.length <= p + keep]  # a cut error turn is not distilled
+        if teachers:
+            weights["distill"] = [0.0] * (p + keep)
+            for t in teachers:
+                weights["distill"][t.student_start: t.student_start + t.length] = [1.0] * t.length
         return Sample(
             input_ids=self.prompt_ids + self.completion_ids[:keep],
             sampling_logprobs=[0.0] * p + self.logprobs[:keep],
             advantages=[0.0] * p + [advantage * m for m in mask],
-            channel_weights={"rl": [0.0] * p + [float(m) for m in mask]},
+            channel_weights=weights,
             temperature=temperature,
             policy_version=self.weight_version,
+            teachers=teachers,
         )
 
 
 async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task,
                   sampling: SamplingConfig, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore) -> Rollout:
     history = messages(task)
-    r = Rollout(env, task, encode_chat(tok, history))
+    r = Rollout(env, task, encode_chat(tok, history), opening=list(history))
 
     async def sample(k: int) -> Turn | None:
         budget = min(sampling.max_tokens, seq_len - len(r.prompt_ids) - len(r.completion_ids))
@@ -85,6 +100,7 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         history = history + [{"role": "assistant", "content": turn.text}, message]
 
     session = await task.open_session() if hasattr(task, "open_session") else None
+    r.tools = list(getattr(session, "tools", None) or [])
     try:
         r.turns = await converse(sample, add_tool_reply, session, max_turns)
         r.reward, r.metrics = await score(task, r.turns[-1].text if r.turns else "", session)
@@ -92,8 +108,14 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         if session is not None:
             await session.close()
     if session is not None:
-        r.metrics |= tool_metrics(r.turns)
+        r.sites = detect(r.turns, r.tools, getattr(task, "error_rules", None))
+        r.metrics |= tool_metrics(r.turns) | site_metrics(r.sites)
     return r
+
+
+def site_metrics(sites: list[ErrorSite]) -> dict[str, float]:
+    kinds = SITE_KINDS + tuple(sorted({s.kind for s in sites} - set(SITE_KINDS)))
+    return {"error_sites": float(len(sites)), **{f"sites/{k}": float(sum(s.kind == k for s in sites)) for k in kinds}}
 
 
 async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task, sampling: SamplingConfig,

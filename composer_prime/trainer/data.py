@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from composer_prime.transports.batches.schema import Sample
+from composer_prime.transports.batches.schema import Sample, Teacher
 
 
 @dataclass
@@ -23,7 +23,8 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, T-1]
     temperature: torch.Tensor  # [B, 1]
     channel_weights: dict[str, torch.Tensor]  # each [B, T-1]
-    aux: dict[str, torch.Tensor]  # each [B, T-1]: per-token extras (e.g. teacher log-probs)
+    aux: dict[str, torch.Tensor]  # each [B, T-1]: per-token extras (e.g. reference log-probs)
+    teachers: list[tuple[int, Teacher]]  # (row, teacher view of one of its error turns)
 
     @property
     def num_tokens(self) -> int:
@@ -76,4 +77,5 @@ def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBat
         },
         aux={k: shifted(pad([s.aux.get(k, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
              for k in sorted({k for s in samples for k in s.aux})},
+        teachers=[(i, t) for i, s in enumerate(samples) for t in s.teachers],
     )

@@ -20,6 +20,7 @@ from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
+from composer_prime.trainer.teacher import needs_forward, teacher_targets
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports.batches.zmq import BatchReceiver
@@ -70,6 +71,9 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
     world, rank = dist.get_world_size(), dist.get_rank()
     counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
     channels = sorted(counts.tokens)
+    distill = counts.tokens.get("distill", 0) > 0
+    score_teachers = distill and needs_forward(batch)  # decided on the whole batch: equal on every rank
+    teacher_model = ref_model if cfg.loss.distill.teacher == "frozen" else model
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
@@ -82,11 +86,12 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
         lp = token_logprobs(logits, targets, mb.temperature)
         aux = dict(mb.aux)
-        if ref_model is not None:  # the frozen initial policy, for the k3 KL term
+        if ref_model is not None and cfg.loss.rl.kl_coef > 0:  # the frozen initial policy, for the k3 KL term
             with torch.no_grad():
                 aux["ref_logprobs"] = token_logprobs(ref_model(input_ids=mb.input_ids).logits[:, :-1], targets, mb.temperature)
+        teacher = teacher_targets(teacher_model, mb, logits, pad_id, score_teachers, teacher_model is model) if distill else None
         # One optimizer step per batch, so pi_old is the current policy, detached.
-        inputs = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, aux)
+        inputs = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, aux, logits, teacher)
         loss, stats = total_loss(inputs, mb.channel_weights, counts, cfg.loss)
         # FSDP2 averages gradients over ranks; each rank's loss is a share of a global sum, so undo the mean.
         (loss * world).backward()
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
     ref_model = None
-    if cfg.loss.rl.kl_coef > 0:  # frozen copy of the initial weights, sharded the same way
+    if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen":  # initial weights, sharded the same way
         ref_model = shard(load_model(model_dir)).requires_grad_(False).eval()
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
@@ -163,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last)
         publish(cfg, model, model_dir, step + 1, publisher)
-        log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f} grad_norm {metrics['grad_norm']:.3f} "
+        distilled = f" loss/distill {metrics['loss/distill']:.4f}" if "loss/distill" in metrics else ""
+        log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f}{distilled} grad_norm {metrics['grad_norm']:.3f} "
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()

@@ -4,6 +4,7 @@ Requests that arrive together are decoded together: a background task gathers wh
 queued (up to `max_batch`), left-pads the prompts and runs one KV-cached decode loop in which
 every step is a handful of batch-wide tensor ops (`sampling.py`). Each request samples with
 its own seeded generator, so a seed reproduces a completion whatever else shares its batch.
+Scoring bypasses the batching loop: one exact float32 forward per request, under the same lock.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from composer_prime.inference.engines.base import Generation, SamplingParams
+from composer_prime.inference.engines.base import Generation, SamplingParams, Scores, check_score_args
 from composer_prime.inference.engines.sampling import sample_step
 
 
@@ -43,6 +44,24 @@ class HFEngine:
         future = asyncio.get_running_loop().create_future()
         await self._queue.put((prompt_token_ids, params, future))
         return await future
+
+    async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
+        check_score_args(token_ids, start, top_k, temperature, self.max_model_len)
+        vocab = self.model.config.vocab_size
+        if top_k > vocab or not all(0 <= t < vocab for t in token_ids):
+            raise ValueError(f"top_k ({top_k}) and every token id must fit the vocabulary of {vocab}")
+        async with self._lock:  # never scores half-swapped weights
+            return await asyncio.to_thread(self._score, token_ids, start, top_k, temperature)
+
+    @torch.no_grad()
+    def _score(self, token_ids: list[int], start: int, top_k: int, temperature: float) -> Scores:
+        # The last token predicts nothing we score, so it is left out; logits only where scored.
+        ids = torch.tensor([token_ids[:-1]])
+        logits = self.model(input_ids=ids, logits_to_keep=len(token_ids) - start).logits[0]
+        logp = torch.log_softmax(logits.float() / temperature, -1)
+        actual = logp.gather(-1, torch.tensor(token_ids[start:])[:, None]).squeeze(-1)
+        top = logp.topk(top_k, -1)  # sorted descending
+        return Scores(actual.tolist(), top.indices.tolist(), top.values.tolist())
 
     async def load_weights(self, path: str) -> None:
         """Read and check the whole step before touching the model: a bad step changes nothing."""

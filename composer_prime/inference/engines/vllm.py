@@ -11,6 +11,9 @@ The child is started with
   --worker-extension-cls WorkerReload   -> the reload RPC, with a fix for tied LM heads on CPU
   --logprobs-mode processed_logprobs    -> log-probs of the temperature-scaled distribution,
                                            the convention in `engines/base.py`
+
+Scoring uses /v1/completions' `prompt_logprobs`, which vLLM computes from the raw logits whatever
+the logprobs mode (prompt tokens skip the sampling processors), so only temperature 1 is served.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from composer_prime.inference.engines.base import Generation, SamplingParams
+from composer_prime.inference.engines.base import Generation, SamplingParams, Scores, check_score_args
 from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.safetensors_index import tensor_index
 
@@ -235,10 +238,12 @@ class VLLMEngine:
             raise RuntimeError("VLLMEngine is not started")
         return self._client
 
-    async def _post(self, route: str, **kw) -> httpx.Response:
+    async def _post(self, route: str, refused: type[Exception] = RuntimeError, **kw) -> httpx.Response:
+        """POST to the child; a 4xx (vLLM refused the request's content) raises `refused`."""
         r = await self._require_client().post(route, **kw)
         if r.status_code != 200:
-            raise RuntimeError(f"vLLM {route} answered {r.status_code}: {r.text[:2000]}")
+            error = refused if 400 <= r.status_code < 500 else RuntimeError
+            raise error(f"vLLM {route} answered {r.status_code}: {r.text[:2000]}")
         return r
 
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
@@ -268,6 +273,30 @@ class VLLMEngine:
             finish_reason=choice.get("finish_reason") or "length",
             weight_version=weight_version,
         )
+
+    async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
+        check_score_args(token_ids, start, top_k, temperature, self.max_model_len)
+        if len(token_ids) == self.max_model_len:  # vLLM wants room for one generated token, even with echo
+            raise ValueError(f"the vLLM engine scores at most max_model_len - 1 = {self.max_model_len - 1} token ids")
+        if temperature != 1.0:
+            # Re-tempering top-k raw log-probs is not exact: it needs the whole vocabulary's logits.
+            raise NotImplementedError(f"the vLLM engine scores at temperature 1 only (vLLM's prompt log-probs are "
+                                      f"of the raw distribution), got temperature {temperature}")
+        body = {"model": self.model_name, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": top_k}
+        weight_version = self.weight_version
+        # vLLM refuses top_k over its --max-logprobs (20 by default) with a 400: a ValueError here too.
+        r = await self._post("/v1/completions", refused=ValueError, json=body)
+        # One dict per prompt position (None at 0): token id (a string in JSON) -> {logprob, rank, decoded_token},
+        # holding the top-k and the actual token, which may or may not be one of them.
+        positions = r.json()["choices"][0]["prompt_logprobs"]
+        scores = Scores([], [], [], weight_version)
+        for j in range(start, len(token_ids)):
+            entries = sorted(((int(t), float(e["logprob"])) for t, e in positions[j].items()), key=lambda x: -x[1])
+            scores.token_logprobs.append(float(positions[j][str(token_ids[j])]["logprob"]))
+            scores.top_ids.append([t for t, _ in entries[:top_k]])
+            scores.top_logprobs.append([lp for _, lp in entries[:top_k]])
+        return scores
 
     # ---- weights ----
 

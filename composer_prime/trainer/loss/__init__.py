@@ -1,6 +1,7 @@
 """Loss channels. The trainer is algorithm-blind: per token it has the policy's log-prob, the
 sampler's log-prob, an advantage, a weight per channel and optional per-token extras (`aux`:
-reference or teacher log-probs). Each channel returns a summed loss; `total_loss` divides it by
+reference log-probs); the `distill` channel also gets the student's logits and the teacher's
+distributions at its tokens. Each channel returns a summed loss; `total_loss` divides it by
 the channel's own count over the whole batch (all ranks), tokens or sequences as the channel
 says, and sums the channels scaled by `loss.weights`.
 
@@ -17,9 +18,10 @@ import torch
 
 from composer_prime.config.models import LossConfig
 from composer_prime.trainer.loss.ce import ce_loss, token_logprobs
+from composer_prime.trainer.loss.distill import TeacherTargets, distill_loss
 from composer_prime.trainer.loss.rl import rl_loss
 
-__all__ = ["LossInputs", "Counts", "total_loss", "token_logprobs", "CHANNELS"]
+__all__ = ["LossInputs", "Counts", "total_loss", "token_logprobs", "CHANNELS", "TeacherTargets"]
 
 
 @dataclass
@@ -31,6 +33,8 @@ class LossInputs:
     sampling_logprobs: torch.Tensor  # mu: what inference sampled with
     advantages: torch.Tensor
     aux: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. "ref_logprobs"
+    logits: torch.Tensor | None = None  # [B, T-1, V] student logits, with grad (the distill channel)
+    teacher: TeacherTargets | None = None  # the teacher's distributions at the distill tokens
 
 
 @dataclass
@@ -49,8 +53,17 @@ def _ce(x: LossInputs, w: torch.Tensor, cfg: LossConfig):
     return ce_loss(x.logprobs, w), {}
 
 
+def _distill(x: LossInputs, w: torch.Tensor, cfg: LossConfig):
+    if x.teacher is None or x.logits is None:
+        if (w != 0).any():
+            raise ValueError("distill weights without the student's logits and teacher targets")
+        zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
+        return zero, {"distill/top1_agree": zero.detach()}  # the same statistics on every rank (they are all-reduced)
+    return distill_loss(x.logits, x.teacher, w, cfg.distill)
+
+
 Channel = Callable[[LossInputs, torch.Tensor, LossConfig], tuple[torch.Tensor, dict[str, torch.Tensor]]]
-CHANNELS: dict[str, Channel] = {"rl": _rl, "ce": _ce}
+CHANNELS: dict[str, Channel] = {"rl": _rl, "ce": _ce, "distill": _distill}
 
 
 def normaliser(channel: str, cfg: LossConfig) -> str:

@@ -12,14 +12,23 @@ one wild position cannot dominate the turn.
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import torch
 
+from composer_prime.config.models import DistillLossConfig
 
-def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) over the last dim, from log-probs; 0 log 0 counts as 0."""
-    return (p_log.exp() * (p_log - q_log)).nan_to_num(0.0).sum(-1)
+
+def _log_mix(x: torch.Tensor, a: float) -> torch.Tensor:
+    """log(a + (1 - a) * exp(x)), written so that x = 0 gives exactly 0 (identical distributions
+    give an exactly zero divergence, not float noise) and large |x| never overflows."""
+    pos, neg = x.clamp(min=0), x.clamp(max=0)  # each branch sees only its own range: no inf, no NaN gradient
+    return torch.where(x >= 0, pos + torch.log1p(a * torch.expm1(-pos)), torch.log1p((1 - a) * torch.expm1(neg)))
+
+
+def _expect(p_log: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """E_p[values] over the last dim; 0 * inf (a zero-probability token) counts as 0."""
+    return (p_log.exp() * values).nan_to_num(0.0).sum(-1)
 
 
 def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float = 0.5,
@@ -34,10 +43,35 @@ def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
         s, t = s.gather(-1, idx), t.gather(-1, idx)
     s_log, t_log = torch.log_softmax(s, -1), torch.log_softmax(t, -1)
     if beta == 0.0:
-        out = _kl(t_log, s_log)
+        out = _expect(t_log, t_log - s_log)
     elif beta == 1.0:
-        out = _kl(s_log, t_log)
-    else:
-        m_log = torch.logsumexp(torch.stack([t_log + math.log(beta), s_log + math.log(1 - beta)]), 0)
-        out = beta * _kl(t_log, m_log) + (1 - beta) * _kl(s_log, m_log)
+        out = _expect(s_log, s_log - t_log)
+    else:  # log M - log p_T = log(beta + (1 - beta) p_S / p_T), and symmetrically for p_S
+        out = -beta * _expect(t_log, _log_mix(s_log - t_log, beta)) \
+              - (1 - beta) * _expect(s_log, _log_mix(t_log - s_log, 1 - beta))
     return out.clamp(max=clamp) if clamp is not None else out
+
+
+@dataclass
+class TeacherTargets:
+    """The teacher's distributions at the distill tokens of one micro-batch: student position
+    (rows[i], cols[i]) in the shifted [B, T-1] layout is matched to `scores[i]`, logits over the
+    vocabulary, or over `support[i]` (token ids) when the teacher gave only its top-k."""
+
+    rows: torch.Tensor  # [N]
+    cols: torch.Tensor  # [N]
+    scores: torch.Tensor  # [N, V] or [N, k]
+    support: torch.Tensor | None = None  # [N, k]
+
+
+def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights: torch.Tensor,
+                 cfg: DistillLossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Summed weighted divergence over the error-turn tokens (the numerator of a token mean)."""
+    s = student_logits[teacher.rows, teacher.cols]
+    if teacher.support is not None:  # a top-k teacher: compare on its support, both renormalised there
+        s = s.gather(-1, teacher.support)
+    d = generalized_jsd(s, teacher.scores, cfg.beta, cfg.temperature, cfg.top_k, cfg.clamp)
+    w = weights[teacher.rows, teacher.cols]
+    with torch.no_grad():
+        agree = (s.argmax(-1) == teacher.scores.argmax(-1)).float()  # student's greedy token is the teacher's
+    return (d * w).sum(), {"distill/top1_agree": (agree * w).sum()}

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from tool_calc.taskset import CalcSession, ToolCalcConfig, evaluate, questions
+from tool_calc.taskset import CalcSession, ToolCalcConfig, ToolCalcData, ToolCalcTask, evaluate, questions
 
 
 def call(name: str, arguments: dict) -> dict:
@@ -44,3 +44,47 @@ def test_reward_needs_the_right_reply_and_the_metric_reads_the_session():
     asyncio.run(session.call("calc", {"expr": task.data.prompt}))
     assert asyncio.run(score(task, task.data.answer, session)) == (1.0, {"calc_ok": 1.0})
     assert asyncio.run(score(task, "12", CalcSession())) == (0.0, {"calc_ok": 0.0})
+
+
+QUESTION_CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_call>'
+
+
+def hint_for(kind: str, name: str | None = None, messages: list[dict] | None = None) -> str | None:
+    from composer_prime.orchestrator.error_sites import ErrorSite
+    from composer_prime.orchestrator.hints import HintContext
+
+    task = ToolCalcTask(ToolCalcData(id="t", prompt="874 + 786", answer="1660"))
+    return task.hint(ErrorSite(0, kind, "detail", name), HintContext(messages or [], "text", CalcSession.tools, task))
+
+
+def test_hints_show_this_questions_call_and_never_the_unreturned_answer():
+    assert hint_for("unknown_tool", "calculator") == f"The only tool is `calc`, not `calculator`: {QUESTION_CALL}"
+    assert hint_for("parse") == f"Write the call as valid JSON inside the tags: {QUESTION_CALL}"
+    for kind in ("bad_arguments", "tool_error"):
+        assert hint_for(kind, "calc") == (
+            f"`calc` takes one argument, `expr`, the expression as a string: {QUESTION_CALL}")
+    not_yet = f"First call the tool, {QUESTION_CALL}, then reply with its result only."
+    assert hint_for("format") == not_yet
+    wrong_call = [{"role": "tool", "content": "42"}, {"role": "tool", "content": "error: cannot evaluate '1660'"}]
+    assert hint_for("format", messages=wrong_call) == not_yet  # no message carries 1660 as the tool's result
+    assert hint_for("format", messages=[{"role": "tool", "content": "1660"}]) == "Reply with the number only: 1660"
+    assert hint_for("stalled") is None
+
+
+def test_the_final_reply_rule_flags_anything_but_a_bare_integer():
+    from composer_prime.orchestrator.episode import Turn
+    from composer_prime.orchestrator.error_sites import ErrorSite, detect
+    from composer_prime.orchestrator.tool_calls import parse_tool_call
+
+    rules = ToolCalcTask(ToolCalcData(id="t", prompt="874 + 786", answer="1660")).error_rules
+    called = Turn(QUESTION_CALL, "stop", call=parse_tool_call(QUESTION_CALL),
+                  result={"content": "1660", "is_error": False, "done": False})
+
+    def sites(reply: str, finish: str = "stop") -> list:
+        return detect([called, Turn(reply, finish)], CalcSession.tools, rules)
+
+    assert sites("The answer is 1660.") == [ErrorSite(1, "format", "the final reply must be the number only")]
+    assert sites("1660.") == [ErrorSite(1, "format", "the final reply must be the number only")]
+    assert sites(" 1660\n") == sites("-15") == sites("12") == []  # right or wrong, a number is the right format
+    assert sites("The answer", finish="length") == []  # cut by the token limit: not the model's format
+    assert detect([called], CalcSession.tools, rules) == []  # a turn with a call is not a final reply

@@ -8,6 +8,7 @@ error turns are what the hint-distillation channel trains on.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -16,6 +17,7 @@ import verifiers.v1 as vf
 SYSTEM_PROMPT = 'Use calc: <tool_call>{"name": "calc", "arguments": {"expr": "12 * 34"}}</tool_call> then reply with the result.'
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 _EXPR = re.compile(r"^\s*(-?\d+)\s*([+\-*])\s*(-?\d+)\s*$")
+_INTEGER = re.compile(r"-?[0-9]+")
 CALC_SCHEMA = {
     "type": "function",
     "function": {
@@ -67,11 +69,23 @@ class CalcSession:
         pass
 
 
+def final_reply_is_a_number(k: int, turn, tools: list[dict]):
+    """The format rule for the orchestrator's error-site detection: a finished reply without a
+    call is the answer, and `correct` compares it as a bare integer."""
+    if turn.call is not None or turn.finish_reason != "stop" or _INTEGER.fullmatch(turn.text.strip()):
+        return None
+    from composer_prime.orchestrator.error_sites import ErrorSite  # lazy: this package installs on its own
+
+    return ErrorSite(k, "format", "the final reply must be the number only")
+
+
 class ToolCalcData(vf.TaskData):
     answer: str
 
 
 class ToolCalcTask(vf.Task[ToolCalcData]):
+    error_rules = [final_reply_is_a_number]  # extra rules for the orchestrator's error-site detection
+
     async def open_session(self) -> CalcSession:
         return CalcSession()
 
@@ -83,6 +97,22 @@ class ToolCalcTask(vf.Task[ToolCalcData]):
     async def calc_ok(self, trace: vf.Trace, runtime: CalcSession) -> float:
         """1 when a call returned the right value (the episode used the tool as intended)."""
         return float(any(not r["is_error"] and r["content"] == self.data.answer for _, _, r in runtime.calls))
+
+    def hint(self, site, ctx) -> str | None:
+        """The hint for an error turn of this question: the exact call it needs. The answer itself
+        only once the tool has returned it, so the hint never does the tool's work."""
+        call = f'<tool_call>{json.dumps({"name": "calc", "arguments": {"expr": self.data.prompt}})}</tool_call>'
+        if site.kind == "unknown_tool":
+            return f"The only tool is `calc`, not `{site.name}`: {call}"
+        if site.kind == "parse":
+            return f"Write the call as valid JSON inside the tags: {call}"
+        if site.kind in ("bad_arguments", "tool_error"):
+            return f"`calc` takes one argument, `expr`, the expression as a string: {call}"
+        if site.kind == "format":
+            if any(m.get("role") == "tool" and m.get("content") == self.data.answer for m in ctx.messages):
+                return f"Reply with the number only: {self.data.answer}"
+            return f"First call the tool, {call}, then reply with its result only."
+        return None
 
 
 class ToolCalcConfig(vf.TasksetConfig):

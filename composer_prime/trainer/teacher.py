@@ -1,0 +1,71 @@
+"""Teacher distributions for the `distill` channel (hint self-distillation at error turns).
+
+The teacher is the policy itself with a hint in its context. By default the trainer computes it:
+one no-grad forward over each teacher context (the student's context with the hint inserted,
+ending with the error turn's own token ids). Why here rather than on the inference server: the
+trainer holds exactly the weights being optimised (no staleness between teacher and student),
+sees the whole vocabulary rather than a top-k, and needs no extra network round trip; the cost
+is a forward over contexts that stop at the error turn. The other way is supported too: the
+orchestrator (`distill.teacher = "inference"`) asks the inference server for the prefill's
+top-k log-probs and ships them in `Teacher.top_ids/top_logprobs`; those are used as they are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from composer_prime.trainer.data import MicroBatch
+from composer_prime.trainer.loss import TeacherTargets
+from composer_prime.transports.batches.schema import Batch
+
+
+def needs_forward(batch: Batch) -> bool:
+    """Whether any teacher in the whole batch must be scored here. The same on every rank, so
+    every rank runs the same number of (FSDP-collective) teacher forwards."""
+    return any(not t.top_ids for s in batch.samples for t in s.teachers)
+
+
+def _same_context(mb: MicroBatch, row: int, t) -> bool:
+    """An empty hint: the teacher sees exactly what the student saw, so its logits are the
+    student's (reused, which makes the divergence exactly 0 rather than float noise)."""
+    return t.start == t.student_start and t.input_ids[: t.start + t.length] == mb.input_ids[row, : t.start + t.length].tolist()
+
+
+@torch.no_grad()
+def _forward(model, seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    return model(input_ids=ids).logits  # right padding: a causal model's positions never see it
+
+
+def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id: int, forward: bool,
+                    teacher_is_student: bool) -> TeacherTargets | None:
+    """Teacher scores aligned to the student's distill tokens. `forward`: this step scores teachers
+    here (a filler forward runs when this rank has none, to keep FSDP's collectives in step)."""
+    items = mb.teachers
+    precomputed = [bool(t.top_ids) for _, t in items]
+    if any(precomputed) and not all(precomputed):
+        raise ValueError("a batch mixes inference-scored and trainer-scored teachers")
+    rows, cols = [], []
+    for row, t in items:
+        rows += [row] * t.length
+        cols += range(t.student_start - 1, t.student_start - 1 + t.length)  # shifted: column c predicts token c + 1
+    if items and all(precomputed):
+        return TeacherTargets(torch.tensor(rows), torch.tensor(cols),
+                              torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32),
+                              torch.tensor([ids for _, t in items for ids in t.top_ids], dtype=torch.long))
+    reuse = [teacher_is_student and _same_context(mb, row, t) for row, t in items]
+    todo = [t for (_, t), r in zip(items, reuse) if not r]
+    logits = _forward(model, [t.input_ids[: t.start + t.length] for t in todo] or [[pad_id, pad_id]], pad_id) if forward else None
+    if not items:
+        return None
+    scores, k = [], 0
+    for (row, t), r in zip(items, reuse):
+        if r:
+            scores.append(student_logits[row, t.student_start - 1: t.student_start - 1 + t.length].detach())
+        else:
+            scores.append(logits[k, t.start - 1: t.start - 1 + t.length])
+            k += 1
+    return TeacherTargets(torch.tensor(rows), torch.tensor(cols), torch.cat(scores).float())

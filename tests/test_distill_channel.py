@@ -1,0 +1,140 @@
+"""The distill channel inside the trainer: teacher contexts spliced from the student's ids, the
+alignment of teacher and student positions, the trainer-side teacher forward, the top-k teacher
+from inference, and an empty hint giving exactly zero loss and gradient."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from composer_prime.config.models import LossConfig
+from composer_prime.orchestrator.episode import Turn, tool_message
+from composer_prime.orchestrator.teachers import history_before, teacher_view
+from composer_prime.trainer.data import collate
+from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
+from composer_prime.trainer.model import load_model
+from composer_prime.trainer.teacher import teacher_targets
+from composer_prime.transports.batches.schema import Batch, SchemaError, Sample, Teacher, decode, encode
+from composer_prime.utils.chat import continuation_ids, encode_chat
+
+SYSTEM = 'Use calc: <tool_call>{"name": "calc", "arguments": {"expr": "12 * 34"}}</tool_call> then reply with the result.'
+WRONG = '<tool_call>{"name": "calculator", "arguments": {"expr": "%s"}}</tool_call>'
+RIGHT = '<tool_call>{"name": "calc", "arguments": {"expr": "%s"}}</tool_call>'
+HINT = "The tool is called `calc`, not `calculator`."
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    torch.manual_seed(0)
+    return load_model(str(tiny_model_dir))
+
+
+def conversation(tok, question: str, replies: list[str]) -> tuple[list[int], list[Turn], list[dict]]:
+    """Student ids built the way rollouts are (encode_chat, then appended turns and tool replies),
+    each turn but the last answered by a tool error."""
+    opening = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    ids, history, turns = encode_chat(tok, opening), list(opening), []
+    for k, reply in enumerate(replies):
+        start = len(ids)
+        ids += tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id]
+        turns.append(Turn(reply, "stop", start, len(ids), result={"content": "unknown tool", "is_error": True, "done": False}))
+        if k < len(replies) - 1:
+            msg = tool_message(turns[-1].result)
+            ids += continuation_ids(tok, history, reply, [msg])
+            history += [{"role": "assistant", "content": reply}, msg]
+    return ids, turns, opening
+
+
+def sample_with(ids: list[int], teachers: list[Teacher], rl: bool = False) -> Sample:
+    distill = [0.0] * len(ids)
+    for t in teachers:
+        distill[t.student_start: t.student_start + t.length] = [1.0] * t.length
+    weights = {"distill": distill} | ({"rl": [float(w > 0) for w in distill]} if rl else {})
+    return Sample(ids, [0.0] * len(ids), [0.0] * len(ids), weights, teachers=teachers)
+
+
+def distill_loss_of(model, samples: list[Sample], cfg: LossConfig | None = None):
+    cfg = cfg or LossConfig(weights={"distill": 1.0})
+    batch = Batch(0, samples)
+    mb = collate(samples, 0, sorted(batch.channel_token_counts()))
+    logits = model(input_ids=mb.input_ids).logits[:, :-1]
+    logits.retain_grad()
+    lp = token_logprobs(logits, mb.input_ids[:, 1:])
+    teacher = teacher_targets(model, mb, logits, 0, forward=True, teacher_is_student=True)
+    counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
+    loss, stats = total_loss(LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, {}, logits, teacher),
+                             mb.channel_weights, counts, cfg)
+    loss.backward()
+    return loss, stats, logits, teacher
+
+
+@pytest.mark.parametrize("question,error_turn", [("12 + 34", 0), ("512 * 907 and then subtract the first operand", 1)])
+def test_teacher_positions_hold_the_students_tokens(tok, model, question, error_turn):
+    ids, turns, opening = conversation(tok, question, [WRONG % question, WRONG % question, RIGHT % question][: error_turn + 2])
+    turn = turns[error_turn]
+    history = history_before(opening, turns, error_turn)
+    t = teacher_view(tok, ids, turn.start, turn.end, history, HINT)
+    # the splice is exactly the template's rendering of the hinted context, then the turn's own ids
+    assert t.input_ids[: t.start] == encode_chat(tok, history + [{"role": "user", "content": HINT}])
+    assert t.start > t.student_start and t.length == turn.end - turn.start
+    for j in range(t.length):
+        assert t.input_ids[t.start + j] == ids[t.student_start + j]
+    # in the trainer, row i of the targets is the teacher's distribution for the same token the student predicts there
+    s = sample_with(ids, [t])
+    mb = collate([s], 0, ["distill"])
+    logits = model(input_ids=mb.input_ids).logits[:, :-1].detach()
+    targets = teacher_targets(model, mb, logits, 0, forward=True, teacher_is_student=True)
+    direct = model(input_ids=torch.tensor([t.input_ids])).logits[0].detach()
+    for i, (r, c) in enumerate(zip(targets.rows.tolist(), targets.cols.tolist())):
+        token = mb.input_ids[r, c + 1].item()  # shifted column c predicts token c + 1
+        assert token == t.input_ids[t.start + i]
+        torch.testing.assert_close(targets.scores[i], direct[t.start - 1 + i], rtol=1e-5, atol=1e-5)
+    assert targets.rows.tolist() == [0] * t.length
+
+
+def test_empty_hint_gives_exactly_zero_loss_and_gradient(tok, model):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    t = teacher_view(tok, ids, turns[1].start, turns[1].end, history_before(opening, turns, 1), "")
+    assert t.input_ids == ids[: turns[1].end] and t.start == t.student_start
+    loss, stats, logits, _ = distill_loss_of(model, [sample_with(ids, [t])])
+    assert loss.item() == 0.0 and stats["loss/distill"].item() == 0.0
+    assert logits.grad.abs().max().item() == 0.0
+
+
+def test_a_hint_pulls_only_the_error_turn(tok, model):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
+    loss, stats, logits, _ = distill_loss_of(model, [sample_with(ids, [t])])
+    assert loss.item() > 1e-4 and torch.isfinite(loss)
+    touched = (logits.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
+    assert touched == list(range(t.student_start - 1, t.student_start - 1 + t.length))  # the error turn's tokens, nothing else
+    assert 0.0 <= stats["distill/top1_agree"].item() <= 1.0
+
+
+def test_top_k_teacher_from_inference_matches_top_k_on_full_logits(tok, model):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
+    k = 8
+    direct = torch.log_softmax(model(input_ids=torch.tensor([t.input_ids])).logits[0, t.start - 1: t.start - 1 + t.length].detach(), -1)
+    top = direct.topk(k, -1)
+    scored = Teacher(t.input_ids, t.start, t.student_start, t.length, top.indices.tolist(), top.values.tolist())
+    full, _, _, _ = distill_loss_of(model, [sample_with(ids, [t])], LossConfig(weights={"distill": 1.0}, distill={"top_k": k}))
+    from_top, _, _, targets = distill_loss_of(model, [sample_with(ids, [scored])])
+    assert targets.support is not None and targets.scores.shape == (t.length, k)
+    assert from_top.item() == pytest.approx(full.item(), rel=1e-5)
+
+
+def test_teachers_survive_the_wire_and_bad_ones_are_refused(tok):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
+    back = decode(encode(Batch(3, [sample_with(ids, [t])]))).samples[0]
+    assert back.teachers == [t]
+    shifted = Teacher(t.input_ids, t.start + 1, t.student_start, t.length)  # off by one: another token
+    with pytest.raises(SchemaError, match="not the student's"):
+        sample_with(ids, [shifted])
+    with pytest.raises(SchemaError, match="without a teacher"):
+        Sample(ids, [0.0] * len(ids), [0.0] * len(ids), {"distill": [1.0] * len(ids)}, teachers=[t])

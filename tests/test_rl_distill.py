@@ -1,0 +1,61 @@
+"""Hint self-distillation in the real loop: tool-calc, the three processes, GRPO + distill.
+
+The tiny model is warm-started on tool-calc demonstrations that include wrong calls, so its
+rollouts have error turns; every step whose batch carries hinted error turns must show a
+non-zero distill loss in the trainer (a channel that is silently zero fails here).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def calc_agent(tiny_model_dir, tmp_path_factory):
+    from tool_calc.demos import demonstrations
+
+    out = tmp_path_factory.mktemp("calc")
+    demos = out / "demos.jsonl"
+    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(400, seed=1)))
+    sft = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", str(tiny_model_dir), "--data",
+                          str(demos), "--output_dir", str(out / "agent"), "--max_steps", "60", "--batch_size", "8",
+                          "--lr", "1e-3", "--warmup_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert sft.returncode == 0, sft.stderr[-2000:]
+    return out / "agent"
+
+
+def rows(path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("teacher", ["trainer", "inference"])
+def test_distill_loss_is_nonzero_in_every_step_with_error_sites(tmp_path, calc_agent, teacher):
+    run = tmp_path / "run"
+    rl = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+                         "--model", str(calc_agent), "--output_dir", str(run), "--max_steps", str(STEPS),
+                         "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
+                         "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4", "--orchestrator.eval.num_tasks", "4",
+                         "--orchestrator.distill.teacher", teacher],
+                        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert rl.returncode == 0, (rl.stdout + rl.stderr)[-3000:]
+    orch = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "distill/sites" in r]
+    trainer = {r["step"]: r for r in rows(run / "trainer" / "metrics.jsonl")}
+    assert len(orch) == STEPS and len(trainer) == STEPS
+    assert all(r["distill/sites"] > 0 for r in orch)  # the warm-started policy errs: there is something to distill
+    for r in orch:
+        t = trainer[r["step"]]
+        if r["distill/tokens"] > 0:
+            assert t["loss/distill"] > 0, (r, t)
+        else:
+            assert "loss/distill" not in t
+    assert sum(r["distill/tokens"] > 0 for r in orch) == STEPS
+    assert all(0 < r["distill/hinted_frac"] <= 1 for r in orch)
+    evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval/tool-calc/tool_error_rate" in r]
+    assert evals and all(0 <= r["eval/tool-calc/tool_error_rate"] <= 1 for r in evals)
+    assert "eval/tool-calc/sites/unknown_tool" in evals[0]
