@@ -1,11 +1,13 @@
 """A/B: GRPO alone against GRPO + hint self-distillation, on tool-calc, same everything else.
 
-    uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 30]
+    uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 20]
 
 Both arms start from one warm-started tiny model (tool-calc demonstrations with deliberate
 wrong calls, `tool_calc.demos`, then `uv run sft`), and run `rl @ configs/tool-calc-distill.toml`
 with the same seed, step budget, batch (32 rollouts, groups of 8), lr and held-out set (32
-questions x 2 samples at fixed seeds, every 5 steps). The only difference: the distill arm
+questions x 2 samples at fixed seeds, every 5 steps). Operands are two-digit (max_operand 99):
+the 1M-parameter model cannot copy three-digit numbers reliably, and with no correct answers
+GRPO would have no signal at all. The only difference: the distill arm
 turns on `orchestrator.distill` and trains the `distill` channel at weight 1 next to `rl`.
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
@@ -25,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "distill-ab"
 RESULTS = ROOT / "benchmarks" / "results"
+ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
+        'eval_args = {split = "eval", num_tasks = 200, max_operand = 99}}]')
 ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0}"],
         "grpo+distill": ["--orchestrator.distill.enabled", "true", "--trainer.loss.weights", "{rl = 1.0, distill = 1.0}"]}
 
@@ -45,10 +49,10 @@ def warm_start(out: Path) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     demos = out / "demos.jsonl"
-    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(3000, seed=0)))
-    print("warm start: 300 SFT steps on 3000 tool-calc demonstrations", flush=True)
+    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(4000, seed=0, max_operand=99)))
+    print("warm start: 800 SFT steps on 4000 tool-calc demonstrations", flush=True)
     run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", "tiny", "--data", str(demos),
-         "--output_dir", str(agent), "--max_steps", "300", "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
+         "--output_dir", str(agent), "--max_steps", "800", "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
         out / "sft.log")
     return agent
 
@@ -95,7 +99,7 @@ def plot(results: dict, path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=20)
     a = p.parse_args()
     agent = warm_start(OUT)
     results: dict = {arm: {} for arm in ARMS}
@@ -105,7 +109,7 @@ def main() -> None:
             t0 = time.time()
             run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
                  "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
-                 *flags], OUT / f"{arm}-s{seed}.log")
+                 "--orchestrator.envs", ENVS, *flags], OUT / f"{arm}-s{seed}.log")
             results[arm][seed] = evals(run_dir)
             last = results[arm][seed][-1]
             print(f"{arm:13s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} -> "

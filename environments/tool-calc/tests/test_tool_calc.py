@@ -88,3 +88,26 @@ def test_the_final_reply_rule_flags_anything_but_a_bare_integer():
     assert sites(" 1660\n") == sites("-15") == sites("12") == []  # right or wrong, a number is the right format
     assert sites("The answer", finish="length") == []  # cut by the token limit: not the model's format
     assert detect([called], CalcSession.tools, rules) == []  # a turn with a call is not a final reply
+
+
+def test_demonstrations_cli_writes_wrong_calls_and_never_held_out_questions(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "demos.jsonl"
+    subprocess.run([sys.executable, "-m", "tool_calc.demos", "--out", str(out), "-n", "400", "--max-operand", "99"],
+                   check=True, timeout=120)
+    demos = [json.loads(ln)["messages"] for ln in out.read_text().splitlines()]
+    assert len(demos) == 400 and all(m[-1]["role"] == "assistant" for m in demos)
+    held_out = {f"{a} {op} {b}" for a, op, b in questions(ToolCalcConfig(split="eval", max_operand=99))}
+    assert not {m[1]["content"] for m in demos} & held_out
+    targets = [m[-1]["content"] for m in demos]
+    wrong = [t for t in targets if t.startswith("<tool_call>") and '"calc", "arguments": {"expr"' not in t]
+    hinted = [m for m in demos if len(m) == 4 and m[2]["role"] == "user"]
+    assert 0.2 < len(wrong) / len(demos) < 0.6 and 0.1 < len(hinted) / len(demos) < 0.3
+    recoveries = [m for m in demos if len(m) == 5 and m[3]["content"].startswith("error: ")]
+    assert recoveries
+    for m in recoveries:  # every wrong call's tool reply is the session's real error for it
+        first = json.loads(m[2]["content"][len("<tool_call>"):-len("</tool_call>")])
+        assert m[3]["content"] == "error: " + call(first["name"], first["arguments"])["content"]
