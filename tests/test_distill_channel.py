@@ -138,3 +138,33 @@ def test_teachers_survive_the_wire_and_bad_ones_are_refused(tok):
         sample_with(ids, [shifted])
     with pytest.raises(SchemaError, match="without a teacher"):
         Sample(ids, [0.0] * len(ids), [0.0] * len(ids), {"distill": [1.0] * len(ids)}, teachers=[t])
+
+
+def test_a_frozen_teacher_is_scored_by_its_own_weights(tok, model, tiny_model_dir):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    hinted = teacher_view(tok, ids, turns[1].start, turns[1].end, history_before(opening, turns, 1), HINT)
+    plain = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), "")
+    frozen = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        for p in frozen.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # other weights than the student's
+    mb = collate([sample_with(ids, [plain, hinted])], 0, ["distill"])
+    logits = model(input_ids=mb.input_ids).logits[:, :-1].detach()
+    targets = teacher_targets(frozen, mb, logits, 0, forward=True, teacher_is_student=False)
+    # not reused even for the empty hint: the teacher is another model
+    want = [frozen(input_ids=torch.tensor([t.input_ids])).logits[0, t.start - 1: t.start - 1 + t.length].detach()
+            for t in (plain, hinted)]
+    torch.testing.assert_close(targets.scores, torch.cat(want), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(targets.scores[: plain.length], logits[0, plain.student_start - 1: plain.student_start - 1 + plain.length])
+
+
+def test_first_miss_scope_stops_at_the_teachers_first_disagreement(tok, model):
+    ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
+    t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
+    cfg = LossConfig(weights={"distill": 1.0}, distill={"scope": "first_miss"})
+    _, stats, logits, targets = distill_loss_of(model, [sample_with(ids, [t])], cfg)
+    top = targets.scores.argmax(-1)
+    first = int((top != targets.tokens).nonzero()[0])  # the untrained tiny model disagrees somewhere
+    touched = (logits.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
+    assert touched == list(range(t.student_start - 1, t.student_start + first))  # through the first miss, no further
+    assert stats["distill/kept"].item() == pytest.approx((first + 1) / t.length)

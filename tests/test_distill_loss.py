@@ -45,3 +45,11 @@ def test_temperature_top_k_and_clamp():
     assert generalized_jsd(S, T, 1.0, clamp=0.2).item() == pytest.approx(0.2)
     with pytest.raises(ValueError, match="beta"):
         generalized_jsd(S, T, 1.5)
+
+
+def test_up_to_first_miss_keeps_each_error_turn_until_the_teachers_first_disagreement():
+    from composer_prime.trainer.loss.distill import up_to_first_miss
+
+    miss = torch.tensor([0, 1, 0, 1, 0, 0, 0, 1, 1, 0, 0, 1], dtype=torch.bool)
+    turns = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3])
+    assert up_to_first_miss(miss, turns).tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1]

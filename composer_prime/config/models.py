@@ -204,6 +204,9 @@ class DistillLossConfig(Strict):
     top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
     clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence
     teacher: Literal["current", "frozen"] = "current"  # the policy being trained, or the initial weights
+    # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
+    # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
+    scope: Literal["turn", "first_miss"] = "turn"
 
 
 class LossConfig(Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.models import DistillConfig
@@ -26,6 +27,7 @@ class DistillStats:
     hinted: int = 0  # sites that got a teacher
     no_hint: int = 0  # every hinter declined (or the LLM hinter failed)
     template: int = 0  # the chat template could not take a spliced hint
+    unscored: int = 0  # teacher = "inference": the server refused the context (e.g. longer than its max_model_len)
 
 
 class Distiller:
@@ -53,7 +55,11 @@ class Distiller:
                 stats.template += 1
                 continue
             if self.cfg.teacher == "inference":
-                scores = await self.client.score(t.input_ids, t.start, self.cfg.top_k)
+                try:
+                    scores = await self.client.score(t.input_ids, t.start, self.cfg.top_k)
+                except httpx.HTTPStatusError:  # a refused context costs this site, not the run
+                    stats.unscored += 1
+                    continue
                 t.top_ids, t.top_logprobs = scores.top_ids, scores.top_logprobs
             r.teachers.append(t)
             stats.hinted += 1

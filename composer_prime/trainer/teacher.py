@@ -32,12 +32,15 @@ def _same_context(mb: MicroBatch, row: int, t) -> bool:
 
 
 @torch.no_grad()
-def _forward(model, seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+def _forward(model, seqs: list[list[int]], pad_id: int, first: int) -> torch.Tensor:
+    """Logits from position `first` on (right padding: a causal model's positions never see it).
+    The teacher contexts end with the error turn, so only their tails are needed: keeping just
+    those bounds the [rows, positions, vocabulary] tensor for long prompts and real vocabularies."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
-    return model(input_ids=ids).logits  # right padding: a causal model's positions never see it
+    return model(input_ids=ids, logits_to_keep=width - first).logits
 
 
 def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id: int, forward: bool,
@@ -48,17 +51,20 @@ def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id:
     precomputed = [bool(t.top_ids) for _, t in items]
     if any(precomputed) and not all(precomputed):
         raise ValueError("a batch mixes inference-scored and trainer-scored teachers")
-    rows, cols = [], []
-    for row, t in items:
+    rows, cols, segments = [], [], []
+    for i, (row, t) in enumerate(items):
         rows += [row] * t.length
         cols += range(t.student_start - 1, t.student_start - 1 + t.length)  # shifted: column c predicts token c + 1
+        segments += [i] * t.length
+    where = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))
+    tokens = mb.input_ids[where[0], where[1] + 1] if items else None
     if items and all(precomputed):
-        return TeacherTargets(torch.tensor(rows), torch.tensor(cols),
-                              torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32),
-                              torch.tensor([ids for _, t in items for ids in t.top_ids], dtype=torch.long))
+        return TeacherTargets(*where, torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32),
+                              tokens, torch.tensor(segments), torch.tensor([ids for _, t in items for ids in t.top_ids]))
     reuse = [teacher_is_student and _same_context(mb, row, t) for row, t in items]
     todo = [t for (_, t), r in zip(items, reuse) if not r]
-    logits = _forward(model, [t.input_ids[: t.start + t.length] for t in todo] or [[pad_id, pad_id]], pad_id) if forward else None
+    first = min((t.start - 1 for t in todo), default=0)  # the earliest position any teacher needs
+    logits = _forward(model, [t.input_ids[: t.start + t.length] for t in todo] or [[pad_id, pad_id]], pad_id, first) if forward else None
     if not items:
         return None
     scores, k = [], 0
@@ -66,6 +72,6 @@ def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id:
         if r:
             scores.append(student_logits[row, t.student_start - 1: t.student_start - 1 + t.length].detach())
         else:
-            scores.append(logits[k, t.start - 1: t.start - 1 + t.length])
+            scores.append(logits[k, t.start - 1 - first: t.start - 1 - first + t.length])
             k += 1
-    return TeacherTargets(torch.tensor(rows), torch.tensor(cols), torch.cat(scores).float())
+    return TeacherTargets(*where, torch.cat(scores).float(), tokens, torch.tensor(segments))

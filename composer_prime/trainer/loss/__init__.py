@@ -58,7 +58,7 @@ def _distill(x: LossInputs, w: torch.Tensor, cfg: LossConfig):
         if (w != 0).any():
             raise ValueError("distill weights without the student's logits and teacher targets")
         zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
-        return zero, {"distill/top1_agree": zero.detach()}  # the same statistics on every rank (they are all-reduced)
+        return zero, {"distill/top1_agree": zero.detach(), "distill/kept": zero.detach()}  # same keys on every rank (all-reduced)
     return distill_loss(x.logits, x.teacher, w, cfg.distill)
 
 

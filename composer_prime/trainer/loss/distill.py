@@ -61,7 +61,18 @@ class TeacherTargets:
     rows: torch.Tensor  # [N]
     cols: torch.Tensor  # [N]
     scores: torch.Tensor  # [N, V] or [N, k]
+    tokens: torch.Tensor  # [N] the token the student sampled there
+    segments: torch.Tensor  # [N] which error turn (teacher) each position belongs to, contiguous
     support: torch.Tensor | None = None  # [N, k]
+
+
+def up_to_first_miss(miss: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """1 for each position of a segment up to and including its first miss, 0 after it."""
+    before = torch.cumsum(miss.long(), 0) - miss.long()  # misses strictly before each position, over all segments
+    start = torch.ones_like(segments, dtype=torch.bool)
+    start[1:] = segments[1:] != segments[:-1]
+    offset = torch.cummax(torch.where(start, before, torch.zeros_like(before)), 0).values  # misses before the segment
+    return (before - offset == 0).float()
 
 
 def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights: torch.Tensor,
@@ -74,4 +85,10 @@ def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights:
     w = weights[teacher.rows, teacher.cols]
     with torch.no_grad():
         agree = (s.argmax(-1) == teacher.scores.argmax(-1)).float()  # student's greedy token is the teacher's
-    return (d * w).sum(), {"distill/top1_agree": (agree * w).sum()}
+        top = teacher.scores.argmax(-1)
+        top = teacher.support.gather(-1, top[:, None])[:, 0] if teacher.support is not None else top
+        miss = top != teacher.tokens  # the teacher would not have written the student's token here
+        if cfg.scope == "first_miss":
+            w = w * up_to_first_miss(miss, teacher.segments)
+    return (d * w).sum(), {"distill/top1_agree": (agree * weights[teacher.rows, teacher.cols]).sum(),
+                           "distill/kept": w.sum()}
