@@ -121,6 +121,16 @@ class HintConfig(Strict):
     cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
     role: str = "user"  # the chat role of the inserted hint message
 
+    @model_validator(mode="after")
+    def _check(self) -> "HintConfig":
+        from composer_prime.orchestrator.hints import check_template  # the one template check, run at load time
+
+        for kind, template in self.templates.items():
+            check_template(kind, template)
+        if "llm" in self.sources and not (self.llm_url and self.llm_model):
+            raise ValueError("the llm hint source needs llm_url and llm_model")
+        return self
+
 
 class DistillConfig(Strict):
     """Hint self-distillation at error turns: find error sites, hint them, ship teacher contexts."""
