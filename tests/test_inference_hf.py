@@ -108,3 +108,24 @@ def test_weight_files_round_trip_exactly(tiny_model_dir, tmp_path):
         filesystem.write_step(tmp_path, s, state, Path(tiny_model_dir), tied=True)
     filesystem.prune(tmp_path, keep_last=2)
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_10", "step_9"]
+
+
+def test_the_llm_hinter_works_against_our_own_server(server, tmp_path):
+    """Hints from any OpenAI-compatible endpoint, ours included (the tiny model's hint is noise,
+    but it is a real chat completion through the real route)."""
+    import asyncio
+
+    from composer_prime.orchestrator.error_sites import ErrorSite
+    from composer_prime.orchestrator.hints import HintContext, LLMHinter
+    from tool_calc.taskset import CALC_SCHEMA
+
+    async def ask_twice():
+        hinter = LLMHinter(server, "tiny", timeout_s=60, cache_path=tmp_path / "hints.jsonl", max_tokens=16)
+        ctx = HintContext([], '<tool_call>{"name": "calculator"}</tool_call>', [CALC_SCHEMA])
+        site = ErrorSite(0, "unknown_tool", "unknown tool 'calculator'", "calculator")
+        hints = [await hinter(site, ctx), await hinter(site, ctx)]
+        await hinter.close()
+        return hints, hinter
+
+    (first, second), hinter = asyncio.run(ask_twice())
+    assert first and first == second and (hinter.calls, hinter.hits, hinter.failures) == (1, 1, 0)
