@@ -109,9 +109,11 @@ def main() -> None:
         for arm, flags in ARMS.items():
             run_dir = OUT / f"{arm}-s{seed}"
             t0 = time.time()
-            run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
-                 "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
-                 "--orchestrator.envs", ENVS, *flags], OUT / f"{arm}-s{seed}.log")
+            done = run_dir / "summary.json"  # `rl` writes it at the end: a finished run is reused (delete it to redo)
+            if not (done.exists() and json.loads(done.read_text()).get("steps") == a.steps):
+                run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+                     "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
+                     "--orchestrator.envs", ENVS, *flags], OUT / f"{arm}-s{seed}.log")
             results[arm][seed] = evals(run_dir)
             last = results[arm][seed][-1]
             print(f"{arm:13s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} -> "
