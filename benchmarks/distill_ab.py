@@ -10,7 +10,8 @@ the 1M-parameter model cannot copy three-digit numbers reliably, and with no cor
 GRPO would have no signal at all. The only difference: the distill arm
 turns on `orchestrator.distill` and trains the `distill` channel at weight 0.1 next to `rl`
 (chosen on seed 0: at weight 1 the policy collapsed into a repeated token by step 7, with the
-current or the first-miss scope; the frozen teacher at weight 1 ended worse than GRPO alone).
+whole turn or the first-miss scope; the frozen teacher at weight 1 ended worse than GRPO alone;
+at 0.1 it still collapsed on seeds 3 and 4 of 0-5).
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at
