@@ -39,7 +39,7 @@ class Distiller:
     async def attach(self, r: Rollout, stats: DistillStats) -> None:
         """Give `r` one teacher per hinted error site (replacing any it had)."""
         r.teachers = []
-        p = len(r.prompt_ids)
+        p, ids = len(r.prompt_ids), r.prompt_ids + r.completion_ids
         for site in r.sites[: self.cfg.max_sites]:
             stats.sites += 1
             turn = r.turns[site.turn]
@@ -49,7 +49,7 @@ class Distiller:
                 stats.no_hint += 1
                 continue
             try:
-                t = teacher_view(self.tok, r.prompt_ids + r.completion_ids, p + turn.start, p + turn.end, history, hint,
+                t = teacher_view(self.tok, ids, p + turn.start, p + turn.end, history, hint,
                                  self.cfg.hints.role)
             except TemplateError:
                 stats.template += 1

@@ -91,5 +91,15 @@ def detect(turns: list[Turn], tools: list[dict], rules: Sequence[Rule] | None = 
     return sites
 
 
+KINDS = ("parse", "unknown_tool", "bad_arguments", "tool_error", "format")  # always reported, 0 when absent
+
+
 def site_counts(sites: list[ErrorSite]) -> dict[str, int]:
     return dict(Counter(s.kind for s in sites))
+
+
+def site_metrics(sites: list[ErrorSite]) -> dict[str, float]:
+    """Per-rollout metrics: every known kind (0 when absent, so means over rollouts are per rollout)."""
+    counts = site_counts(sites)
+    kinds = (*KINDS, *sorted(set(counts) - set(KINDS)))
+    return {"error_sites": float(len(sites)), **{f"sites/{k}": float(counts.get(k, 0)) for k in kinds}}

@@ -146,7 +146,8 @@ class Orchestrator:
         }
         if self.distiller is not None:
             info |= {"distill/sites": dstats.sites, "distill/hinted": dstats.hinted, "distill/no_hint": dstats.no_hint,
-                     "distill/template_misses": dstats.template, "distill/unscored": dstats.unscored, "distill/distill_only_samples": len(samples) - len(advantages),
+                     "distill/template_misses": dstats.template, "distill/unscored": dstats.unscored,
+                     "distill/distill_only_samples": len(samples) - len(advantages),
                      "distill/hinted_frac": sum(bool(r.teachers) for r in rollouts) / max(1, len(rollouts)),
                      "distill/tokens": sum(t.length for s in samples for t in s.teachers)}
         for env in self.envs:

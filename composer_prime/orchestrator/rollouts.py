@@ -18,11 +18,10 @@ from composer_prime.config.models import SamplingConfig
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.envs import messages, score
 from composer_prime.orchestrator.episode import TURN_SEED_STRIDE, Turn, converse, tool_metrics
-from composer_prime.orchestrator.error_sites import ErrorSite, detect
+from composer_prime.orchestrator.error_sites import ErrorSite, detect, site_metrics
 from composer_prime.transports.batches.schema import Sample, Teacher
 from composer_prime.utils.chat import continuation_ids, encode_chat
 
-SITE_KINDS = ("parse", "unknown_tool", "bad_arguments", "tool_error", "format")  # always reported, 0 when absent
 
 @dataclass
 class Rollout:
@@ -112,10 +111,6 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         r.metrics |= tool_metrics(r.turns) | site_metrics(r.sites)
     return r
 
-
-def site_metrics(sites: list[ErrorSite]) -> dict[str, float]:
-    kinds = SITE_KINDS + tuple(sorted({s.kind for s in sites} - set(SITE_KINDS)))
-    return {"error_sites": float(len(sites)), **{f"sites/{k}": float(sum(s.kind == k for s in sites)) for k in kinds}}
 
 
 async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task, sampling: SamplingConfig,

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from composer_prime.orchestrator.episode import Turn, tool_message
 from composer_prime.transports.batches.schema import Teacher
-from composer_prime.utils.chat import TemplateError
+from composer_prime.utils.chat import TemplateError, suffix_ids
 
 
 def history_before(opening: list[dict], turns: list[Turn], k: int) -> list[dict]:
@@ -27,30 +27,16 @@ def history_before(opening: list[dict], turns: list[Turn], k: int) -> list[dict]
     return out
 
 
-def _suffix(tok: PreTrainedTokenizerBase, before: str, after: str) -> list[int]:
-    if not after.startswith(before):
-        raise TemplateError("the chat template re-renders earlier messages; a hint cannot be spliced in")
-    return tok.encode(after[len(before):], add_special_tokens=False)
-
-
-def hint_message_ids(tok: PreTrainedTokenizerBase, history: list[dict], hint: str, role: str = "user") -> list[int]:
-    before = tok.apply_chat_template(history, tokenize=False)
-    return _suffix(tok, before, tok.apply_chat_template(history + [{"role": role, "content": hint}], tokenize=False))
-
-
-def generation_header(tok: PreTrainedTokenizerBase, history: list[dict]) -> list[int]:
-    before = tok.apply_chat_template(history, tokenize=False)
-    return _suffix(tok, before, tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True))
-
-
 def teacher_view(tok: PreTrainedTokenizerBase, student_ids: list[int], turn_start: int, turn_end: int,
                  history: list[dict], hint: str, role: str = "user") -> Teacher:
     """The teacher's view of the turn at student positions [turn_start, turn_end). An empty hint
     gives the student's own context (the teacher is then the student: zero divergence)."""
-    header = generation_header(tok, history)
+    render = lambda msgs, **kw: tok.apply_chat_template(msgs, tokenize=False, **kw)  # noqa: E731
+    before, why = render(history), "splicing a hint"
+    header = suffix_ids(tok, before, render(history, add_generation_prompt=True), why)
     cut = turn_start - len(header)
     if cut < 0 or student_ids[cut:turn_start] != header:
         raise TemplateError("the error turn does not follow the template's assistant header")
-    inserted = hint_message_ids(tok, history, hint, role) if hint else []
+    inserted = suffix_ids(tok, before, render(history + [{"role": role, "content": hint}]), why) if hint else []
     ids = student_ids[:cut] + inserted + student_ids[cut:turn_end]
     return Teacher(input_ids=ids, start=turn_start + len(inserted), student_start=turn_start, length=turn_end - turn_start)

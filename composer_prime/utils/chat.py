@@ -14,6 +14,14 @@ class TemplateError(ValueError):
     """The chat template cannot be continued by appending tokens (it rewrites earlier turns)."""
 
 
+def suffix_ids(tok: PreTrainedTokenizerBase, before: str, after: str, why: str) -> list[int]:
+    """The token ids of what `after` adds to `before`, two renderings of one conversation; `after`
+    must start with `before` (an append-only template), else TemplateError saying `why`."""
+    if not after.startswith(before):
+        raise TemplateError(f"the chat template re-renders earlier turns; {why} needs an append-only template")
+    return tok.encode(after[len(before):], add_special_tokens=False)
+
+
 def continuation_ids(tok: PreTrainedTokenizerBase, history: list[dict], reply: str, new: list[dict]) -> list[int]:
     """Token ids that follow a sampled reply (which ended with the EOS token) when `new`
     messages are appended and the next assistant turn opens.
@@ -26,6 +34,7 @@ def continuation_ids(tok: PreTrainedTokenizerBase, history: list[dict], reply: s
     before = tok.apply_chat_template(said, tokenize=False)
     after = tok.apply_chat_template(said + new, tokenize=False, add_generation_prompt=True)
     end = before.rfind(tok.eos_token)
-    if end < 0 or not after.startswith(before[: end + len(tok.eos_token)]):
-        raise TemplateError("the chat template re-renders earlier turns; multi-turn token bookkeeping needs an append-only template")
-    return tok.encode(after[end + len(tok.eos_token):], add_special_tokens=False)
+    if end < 0:
+        raise TemplateError("the chat template does not end the reply with the EOS token; multi-turn token "
+                            "bookkeeping needs it")
+    return suffix_ids(tok, before[: end + len(tok.eos_token)], after, "multi-turn token bookkeeping")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 
-from .taskset import OPS, SYSTEM_PROMPT, CalcSession, ToolCalcConfig, questions
+from .taskset import OPS, SYSTEM_PROMPT, ToolCalcConfig, answer, questions
 
 WRONG_CALLS = (
     lambda e: {"name": "calculator", "arguments": {"expr": e}},
@@ -30,16 +30,16 @@ def call_text(call: dict) -> str:
 def demonstrations(n: int, error_rate: float = 0.5, hint_rate: float = 0.2, seed: int = 0,
                    max_operand: int = 999) -> list[dict]:
     """`n` examples over training questions (never the held-out ones)."""
-    rng, session = random.Random(seed), CalcSession()
+    rng = random.Random(seed)
     qs = questions(ToolCalcConfig(num_tasks=max(n, 1), seed=seed, max_operand=max_operand))
     out = []
     for a, op, b in qs[:n]:
-        expr, answer = f"{a} {op} {b}", str(OPS[op](a, b))
+        expr, value = f"{a} {op} {b}", str(OPS[op](a, b))
         opening = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": expr}]
         right = call_text({"name": "calc", "arguments": {"expr": expr}})
         wrong_call = rng.choice(WRONG_CALLS)(expr)
         wrong = call_text(wrong_call)
-        error = session._call(wrong_call["name"], wrong_call["arguments"])["content"]
+        error = answer(wrong_call["name"], wrong_call["arguments"])["content"]
         failed = opening + [{"role": "assistant", "content": wrong}, {"role": "tool", "content": f"error: {error}"}]
         rest = 1 - hint_rate
         shape = rng.choices(["hint", "wrong", "right", "recover", "answer"],
@@ -54,8 +54,8 @@ def demonstrations(n: int, error_rate: float = 0.5, hint_rate: float = 0.2, seed
         elif shape == "recover":  # after an error, the right call
             out.append(failed + [{"role": "assistant", "content": right}])
         else:  # after the tool's answer, the answer
-            out.append(opening + [{"role": "assistant", "content": right}, {"role": "tool", "content": answer},
-                                  {"role": "assistant", "content": answer}])
+            out.append(opening + [{"role": "assistant", "content": right}, {"role": "tool", "content": value},
+                                  {"role": "assistant", "content": value}])
     return [{"messages": m} for m in out]
 
 

@@ -36,6 +36,24 @@ def evaluate(expr: str) -> int:
     return OPS[m.group(2)](int(m.group(1)), int(m.group(3)))
 
 
+def answer(name: str, arguments: dict) -> dict:
+    """What the tool replies to one call: the value, or the specific error for this way of getting it wrong."""
+    def error(msg: str) -> dict:
+        return {"content": msg, "is_error": True, "done": False}
+
+    if name != "calc":
+        return error(f"unknown tool '{name}': the only tool is 'calc'")
+    if set(arguments) != {"expr"}:
+        extra = sorted(set(arguments) - {"expr"})
+        return error("calc takes one argument, 'expr'" + (f"; got {extra}" if extra else ""))
+    if not isinstance(arguments["expr"], str):
+        return error("'expr' must be a string, e.g. \"12 * 34\"")
+    try:
+        return {"content": str(evaluate(arguments["expr"])), "is_error": False, "done": False}
+    except ValueError as e:
+        return error(str(e))
+
+
 class CalcSession:
     """One rollout's tool: stateless arithmetic, plus the record of calls the rewards read."""
 
@@ -45,25 +63,9 @@ class CalcSession:
         self.calls: list[tuple[str, dict, dict]] = []
 
     async def call(self, name: str, arguments: dict) -> dict:
-        result = self._call(name, arguments)
+        result = answer(name, arguments)
         self.calls.append((name, arguments, result))
         return result
-
-    def _call(self, name: str, arguments: dict) -> dict:
-        def error(msg: str) -> dict:
-            return {"content": msg, "is_error": True, "done": False}
-
-        if name != "calc":
-            return error(f"unknown tool '{name}': the only tool is 'calc'")
-        if set(arguments) != {"expr"}:
-            extra = sorted(set(arguments) - {"expr"})
-            return error("calc takes one argument, 'expr'" + (f"; got {extra}" if extra else ""))
-        if not isinstance(arguments["expr"], str):
-            return error("'expr' must be a string, e.g. \"12 * 34\"")
-        try:
-            return {"content": str(evaluate(arguments["expr"])), "is_error": False, "done": False}
-        except ValueError as e:
-            return error(str(e))
 
     async def close(self) -> None:
         pass
