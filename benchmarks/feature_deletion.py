@@ -6,7 +6,7 @@
 For each source (downloaded once with pip into ~/.cache/composer-prime/sdists), builds a task
 set with seed 0 and times it: the two baseline runs, the coverage run (one context per test),
 the gates (one full-suite run on the broken tree plus one run of the task's tests on the
-restored tree, per candidate). Then, if `feature_deletion.scoring.score_task` exists, scores
+restored tree, per candidate). Then scores
 each accepted task twice in its sandbox: the untouched broken repo (expect reward 0) and the
 repo with solution/ copied over it (expect reward 1), and times both.
 Prints a table and writes benchmarks/results/feature_deletion.json.
@@ -28,6 +28,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchm
 sys.path.insert(0, str(ROOT))
 
 from feature_deletion.generate import build  # noqa: E402
+from feature_deletion.scoring import score_task  # noqa: E402
 
 
 def arg(name: str, default: str | None) -> str | None:
@@ -35,18 +36,7 @@ def arg(name: str, default: str | None) -> str | None:
     return args[args.index(name) + 1] if name in args else default
 
 
-# ---------------------------------------------------------------- per-task scoring (hook)
-def scoring_hook():
-    """The sandboxed scorer, when the environment has one: score_task(task_dir, agent_repo) -> .reward."""
-    try:
-        from feature_deletion.scoring import score_task
-    except ImportError as e:
-        print(f"scoring is not available yet ({e}); generation only", flush=True)
-        return None
-    return score_task
-
-
-def time_scoring(score_task, set_dir: Path, tasks: list[dict]) -> list[dict]:
+def time_scoring(set_dir: Path, tasks: list[dict]) -> list[dict]:
     rows = []
     for t in tasks:
         d = set_dir / "tasks" / t["id"]
@@ -66,7 +56,7 @@ def time_scoring(score_task, set_dir: Path, tasks: list[dict]) -> list[dict]:
     return rows
 
 
-def bench(source: str, jobs: int, max_tasks: int | None, score_task) -> dict:
+def bench(source: str, jobs: int, max_tasks: int | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="fd-bench-") as tmp:
         out = Path(tmp) / "set"
         start = time.perf_counter()
@@ -81,11 +71,10 @@ def bench(source: str, jobs: int, max_tasks: int | None, score_task) -> dict:
                "gates_s_per_candidate": round(r["seconds"]["gates"] / max(1, r["evaluated"]), 3),
                "total_s_per_accepted": round(r["seconds"]["total"] / max(1, r["accepted"]), 3),
                "tasks": [t["id"] for t in m["tasks"]]}
-        if score_task is not None:
-            rows = time_scoring(score_task, out, m["tasks"])
-            row["scoring"] = rows
-            row["scoring_mean_s"] = {k: round(sum(x[k] for x in rows) / len(rows), 3) for k in ("broken_s", "restored_s")}
-            row["scoring_rewards_ok"] = all(x["broken_reward"] == 0 and x["restored_reward"] == 1 for x in rows)
+        rows = time_scoring(out, m["tasks"])
+        row["scoring"] = rows
+        row["scoring_mean_s"] = {k: round(sum(x[k] for x in rows) / len(rows), 3) for k in ("broken_s", "restored_s")}
+        row["scoring_rewards_ok"] = all(x["broken_reward"] == 0 and x["restored_reward"] == 1 for x in rows)
         return row
 
 
@@ -93,11 +82,10 @@ def main() -> None:
     sources = arg("--sources", "pypi:inflection==0.5.1,pypi:toolz==1.0.0").split(",")
     jobs = int(arg("--jobs", "1"))
     max_tasks = int(arg("--max-tasks", "0")) or None
-    score_task = scoring_hook()
     results = []
     for source in sources:
         print(f"building from {source}", flush=True)
-        results.append(bench(source, jobs, max_tasks, score_task))
+        results.append(bench(source, jobs, max_tasks))
     out = ROOT / "benchmarks" / "results" / "feature_deletion.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0],
@@ -112,13 +100,10 @@ def main() -> None:
     print("\n| source | rejected |\n|---|---|")
     for r in results:
         print(f"| {r['source']} | {', '.join(f'{k} {v}' for k, v in r['rejected'].items())} |")
-    if score_task is None:
-        print("\nper-task scoring: not available yet (feature_deletion.scoring.score_task)")
-    else:
-        print("\n| source | tasks scored | broken: mean s | restored: mean s | rewards 0 then 1 |\n|---|---|---|---|---|")
-        for r in results:
-            print(f"| {r['source']} | {len(r['scoring'])} | {r['scoring_mean_s']['broken_s']} s "
-                  f"| {r['scoring_mean_s']['restored_s']} s | {r['scoring_rewards_ok']} |")
+    print("\n| source | tasks scored | broken: mean s | restored: mean s | rewards 0 then 1 |\n|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['source']} | {len(r['scoring'])} | {r['scoring_mean_s']['broken_s']} s "
+              f"| {r['scoring_mean_s']['restored_s']} s | {r['scoring_rewards_ok']} |")
     print(f"\nwritten {out}")
 
 

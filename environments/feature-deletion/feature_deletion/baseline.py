@@ -120,7 +120,7 @@ class Layout:
         return self.pytest_opts + self.test_targets
 
 
-def _is_test_file(name: str) -> bool:
+def is_test_file(name: str) -> bool:
     return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
 
 
@@ -129,7 +129,7 @@ def find_layout(tree: Path) -> Layout:
     modules, include = [], []
     for p in sorted(src_root.iterdir()):
         ident = p.stem if p.suffix == ".py" else p.name
-        if not ident.isidentifier() or ident in NOT_SOURCE or ident in TEST_DIRS or _is_test_file(p.name):
+        if not ident.isidentifier() or ident in NOT_SOURCE or ident in TEST_DIRS or is_test_file(p.name):
             continue
         if (p.is_dir() and (p / "__init__.py").exists()) or (p.is_file() and p.suffix == ".py"):
             modules.append(ident)
@@ -144,7 +144,7 @@ def find_layout(tree: Path) -> Layout:
                 tests.add(Path(*rel.parts[:in_test_dir + 1]).as_posix())
             continue
         for f in sorted(filenames):
-            if _is_test_file(f):
+            if is_test_file(f):
                 tests.add((rel / f).as_posix())
                 if f != "conftest.py":
                     test_files.append((rel / f).as_posix())
@@ -156,7 +156,7 @@ def find_layout(tree: Path) -> Layout:
         files = [inc] if inc.is_file() else sorted(inc.rglob("*.py"))
         for f in files:
             rel = f.relative_to(tree).as_posix()
-            if not _is_test_file(f.name) and not any(rel == t or rel.startswith(t + "/") for t in tests):
+            if not is_test_file(f.name) and not any(rel == t or rel.startswith(t + "/") for t in tests):
                 sources.append(rel)
     opts = ["-o", "pythonpath=src"] if src_root != tree else []
     return Layout(modules, sources, test_paths, opts, runnable, include)

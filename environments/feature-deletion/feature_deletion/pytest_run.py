@@ -40,14 +40,20 @@ def pytest_command(tree: Path, args: list[str], junit_path: Path, python: str | 
     return cmd + list(args)
 
 
+# Every pytest run, on the host (task generation) and in the sandbox (tools, scoring), sees these.
+PYTEST_DETERMINISM = {
+    "PYTHONDONTWRITEBYTECODE": "1",  # no .pyc of the pristine source left in the tree
+    # Plugins that happen to be installed beside us are not the project's: keep them out (and
+    # their start-up cost, ~0.4 s a run). A project needing one passes `-p name` in its args.
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTHONHASHSEED": "0",  # one set iteration order for generation and scoring
+}
+
+
 def pytest_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """os.environ without what would leak into or steer the run, plus `env` on top."""
     out = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_CORE_"))}
-    out["PYTHONDONTWRITEBYTECODE"] = "1"  # no .pyc of the pristine source left in the tree
-    # Plugins that happen to be installed beside us are not the project's: keep them out (and
-    # their start-up cost, ~0.4 s a run). A project needing one passes `-p name` in its args.
-    out["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    out["PYTHONHASHSEED"] = "0"  # set iteration order as the sandboxed scoring runs see it
+    out.update(PYTEST_DETERMINISM)
     out.update(env or {})
     return out
 

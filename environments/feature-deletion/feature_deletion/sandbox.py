@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feature_deletion import sandbox_cgroup, sandbox_layout
+from feature_deletion.pytest_run import PYTEST_DETERMINISM
 from feature_deletion.sandbox_layout import DEFAULT_PACKAGES, SANDBOX_SITE, interpreter, python_argv, site_entries
 
 SANDBOX_REPO = "/sandbox/repo"
@@ -198,8 +199,7 @@ def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_mod
             _chown_tree(Path(m.src), limits.uid)
     base_env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "sandbox",
-        "LANG": "C.UTF-8", "PYTHONPATH": SANDBOX_SITE, "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "LANG": "C.UTF-8", "PYTHONPATH": SANDBOX_SITE, "PYTHONNOUSERSITE": "1", **PYTEST_DETERMINISM,
     }
     # The mount point for the new root: looked up after the switch to the sandbox uid, so it
     # must be traversable by it (a 0700 session directory is not).

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from feature_deletion import sandbox
-from feature_deletion.baseline import CONFIG_FILES, STRIP_DIRS, copy_tree
+from feature_deletion.baseline import CONFIG_FILES, STRIP_DIRS, copy_tree, is_test_file
 from feature_deletion.pytest_run import parse_junit, pytest_command
 
 BLOCKED_NAMES = {"conftest.py", "sitecustomize.py", "usercustomize.py", "__main__.py"}
@@ -100,10 +100,6 @@ def top_level_modules(roots: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def _is_test_name(name: str) -> bool:
-    return name.startswith("test_") or name.endswith("_test.py")
-
-
 def _same(a: Path, b: Path) -> bool:
     if a.is_symlink() or b.is_symlink():
         return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
@@ -116,9 +112,9 @@ def _admissible(rel: str, path: Path, original: Path, dest: Path, roots: list[st
     parts = rel.split("/")
     return (
         not path.is_symlink() and path.is_file() and parts[-1].endswith(".py")
-        and parts[-1] not in BLOCKED_NAMES and not _is_test_name(parts[-1])
+        and parts[-1] not in BLOCKED_NAMES and not is_test_file(parts[-1])
         and not any(p in STRIP_DIRS for p in parts) and not _under(rel, test_paths)
-        and any(rel == r or rel.startswith(r + "/") for r in roots)
+        and _under(rel, roots)
         and path.stat().st_size <= MAX_OVERLAY_BYTES
         and not original.is_symlink() and (dest / rel).parent.is_dir()
         # a new module only inside an existing regular package of the pristine tree
@@ -205,6 +201,19 @@ def protected_paths(task: dict, repo: Path, canary: str | None) -> list[str]:
     return sorted(p for p in paths if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in paths))
 
 
+def sandboxed_pytest(repo: Path, out: Path, args: list[str], junit_name: str, timeout_s: float,
+                     limits: sandbox.Limits, hidden: list[str], mounts: list[sandbox.Mount] | None = None):
+    """Run pytest on `repo` in the sandbox, its JUnit report written to `out` (mounted read-write
+    outside the tree); returns (outcomes per test id, report problem or None, the run's Result).
+    The one way both scoring and the agent's `run_tests` tool run the suite."""
+    cmd = pytest_command(Path(sandbox.SANDBOX_REPO), args, Path(SANDBOX_OUT) / junit_name,
+                         basetemp=Path("/tmp/pytest-basetemp"))
+    result = sandbox.run(sandbox.python_argv(*cmd[1:], safe_path=False), repo, timeout_s, limits,
+                         mounts=[sandbox.Mount(out, SANDBOX_OUT, writable=True), *(mounts or [])], hidden_modules=hidden)
+    outcomes, problem = junit_outcomes(out / junit_name, repo)
+    return outcomes, problem, result
+
+
 def score_task(task_dir: Path, agent_repo: Path, config: ScoreConfig = ScoreConfig()) -> Score:
     task_dir, agent_repo = Path(task_dir), Path(agent_repo)
     task = load_task(task_dir)
@@ -216,21 +225,16 @@ def score_task(task_dir: Path, agent_repo: Path, config: ScoreConfig = ScoreConf
         out.mkdir()
         applied, ignored = overlay(task, pristine, agent_repo, repo)
         canary = _write_canary(task, repo) if config.canary else None
-        junit_name = f"junit-{secrets.token_hex(8)}.xml"
-        cmd = pytest_command(Path(sandbox.SANDBOX_REPO), list(task.get("pytest_args", [])),
-                             Path(SANDBOX_OUT) / junit_name, basetemp=Path("/tmp/pytest-basetemp"))
+        targets = []
         if not split_pytest_args(task.get("pytest_args", []))[1]:  # an explicit file would narrow the run to it
-            cmd += sorted({t.split("::")[0] for t in [*task["tests"], *task.get("baseline_passing", [])]})
+            targets = sorted({t.split("::")[0] for t in [*task["tests"], *task.get("baseline_passing", [])]})
         if canary:  # named explicitly: collected whatever the project's python_files pattern
-            cmd.append(canary.split("::")[0])
+            targets.append(canary.split("::")[0])
         frozen = [sandbox.Mount(repo / rel, f"{sandbox.SANDBOX_REPO}/{rel}")
                   for rel in (protected_paths(task, repo, canary) if config.freeze_tests else [])]
-        result = sandbox.run(
-            sandbox.python_argv(*cmd[1:], safe_path=False), repo, config.timeout_s, config.limits,
-            mounts=[sandbox.Mount(out, SANDBOX_OUT, writable=True), *frozen],
-            hidden_modules=top_level_modules(source_roots(task, pristine)),
-        )
-        outcomes, problem = junit_outcomes(out / junit_name, repo)
+        outcomes, problem, result = sandboxed_pytest(
+            repo, out, [*task.get("pytest_args", []), *targets], f"junit-{secrets.token_hex(8)}.xml",
+            config.timeout_s, config.limits, top_level_modules(source_roots(task, pristine)), frozen)
         return _score(task, config, outcomes, problem, canary, result, applied, ignored)
     finally:
         shutil.rmtree(work, ignore_errors=True)

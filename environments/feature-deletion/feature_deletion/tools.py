@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from feature_deletion import sandbox
-from feature_deletion.scoring import (copy_clean, junit_outcomes, load_task, source_roots, split_pytest_args,
-                                      top_level_modules)
-from feature_deletion.pytest_run import pytest_command
+from feature_deletion.scoring import (copy_clean, load_task, sandboxed_pytest, source_roots,
+                                      split_pytest_args, top_level_modules)
 from feature_deletion.tool_schemas import TOOLS, ToolError, check_arguments
 
-SANDBOX_OUT = "/sandbox/out"
 MAX_READ_BYTES = 4 << 20
 GREP_SCRIPT = r"""
 import os, re, sys
@@ -239,14 +237,9 @@ class FeatureDeletionSession:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         opts = split_pytest_args(self.task.get("pytest_args", []))[0]
-        cmd = pytest_command(Path(sandbox.SANDBOX_REPO), [*opts, "--tb=short", *targets],
-                             Path(SANDBOX_OUT) / "junit.xml", basetemp=Path("/tmp/pytest-basetemp"))
-        res = await asyncio.to_thread(
-            sandbox.run, sandbox.python_argv(*cmd[1:], safe_path=False), self.repo,
-            self.config.test_timeout_s, self.config.limits, mounts=[sandbox.Mount(out, SANDBOX_OUT, True)],
-            hidden_modules=self.hidden,
-        )
-        outcomes, problem = junit_outcomes(out / "junit.xml", self.repo)
+        outcomes, problem, res = await asyncio.to_thread(
+            sandboxed_pytest, self.repo, out, [*opts, "--tb=short", *targets], "junit.xml",
+            self.config.test_timeout_s, self.config.limits, self.hidden)
         return self._cap(_summary(outcomes, problem, res, self.config.test_timeout_s)), False
 
     async def _submit(self) -> tuple[str, bool]:
