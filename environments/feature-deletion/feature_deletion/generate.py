@@ -192,14 +192,18 @@ def run_gates(order: list[Candidate], gates: Gates, max_tasks: int | None, jobs:
     `jobs` (checks past the last task needed are thrown away)."""
     jobs, accepted, evaluated = max(1, jobs), 0, 0
 
-    def check(slot: int, cand: Candidate) -> tuple[dict[str, str], GateResult]:
-        broken = cand.broken(gates.pristine)
-        return broken, gates.check(broken, cand.tests, slot=str(slot))
+    def check(slot: int, cand: Candidate, broken: dict[str, str]) -> GateResult:
+        return gates.check(broken, cand.tests, slot=str(slot))
 
     with ThreadPoolExecutor(jobs) as pool:
         for start in range(0, len(order), jobs):
             window = order[start:start + jobs]
-            for cand, (broken, res) in zip(window, pool.map(check, range(len(window)), window)):
+            # Sources are cut here, not in the pool: CPython 3.11 keeps the AST builder's
+            # recursion depth in process-wide state, so two threads in ast.parse at once can
+            # fail with "AST constructor recursion depth mismatch".
+            cut = [cand.broken(gates.pristine) for cand in window]
+            results = pool.map(check, range(len(window)), window, cut)
+            for cand, broken, res in zip(window, cut, results):
                 if max_tasks is not None and accepted >= max_tasks:
                     return evaluated
                 evaluated += 1
