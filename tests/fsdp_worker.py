@@ -47,6 +47,7 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
         save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, f"{out}/weights.safetensors")  # tied
         with open(f"{out}/metrics.json", "w") as f:
             json.dump(metrics, f)
+    dist.barrier()  # neither rank tears gloo down while the other may still be talking to it
     dist.destroy_process_group()
 
 

@@ -88,10 +88,12 @@ def run_pytest(tree: Path, args: list[str], junit_path: Path, timeout_s: float,
     return parse_junit(junit_path, tree)
 
 
-def parse_junit(junit_path: Path, tree: Path) -> dict[str, Outcome]:
-    """{nodeid: outcome}; a test reported twice (e.g. a teardown error) keeps its worst outcome."""
+def parse_junit(report: Path | bytes, tree: Path) -> dict[str, Outcome]:
+    """{nodeid: outcome} from a report file or its bytes; a test reported twice (e.g. a teardown
+    error) keeps its worst outcome."""
     results: dict[str, Outcome] = {}
-    for case in ET.parse(junit_path).getroot().iter("testcase"):
+    root = ET.fromstring(report) if isinstance(report, bytes) else ET.parse(report).getroot()
+    for case in root.iter("testcase"):
         nodeid = junit_nodeid(case.get("classname", ""), case.get("name", ""), case.get("file"), tree)
         outcome = "passed"
         for child in case:

@@ -28,6 +28,7 @@ from typing import Any
 from feature_deletion import sandbox
 from feature_deletion.baseline import CONFIG_FILES, STRIP_DIRS, copy_tree, is_test_file
 from feature_deletion.pytest_run import parse_junit, pytest_command
+from feature_deletion.taskdir import load_task
 
 BLOCKED_NAMES = {"conftest.py", "sitecustomize.py", "usercustomize.py", "__main__.py"}
 MAX_OVERLAY_BYTES = 1 << 20
@@ -53,12 +54,6 @@ class Score:
     failed: list[str]  # the task's tests that do not (failed, errored, skipped or missing)
     regressions: list[str]  # other baseline-passing tests that no longer pass
     details: dict[str, Any] = field(default_factory=dict)
-
-
-def load_task(task_dir: Path) -> dict:
-    import json
-
-    return json.loads((Path(task_dir) / "task.json").read_text())
 
 
 def copy_clean(src: Path, dst: Path) -> None:
@@ -155,11 +150,11 @@ def junit_outcomes(junit: Path, tree: Path) -> tuple[dict[str, str], str | None]
         return {}, "no JUnit report"
     if junit.stat().st_size > MAX_JUNIT_BYTES:
         return {}, "JUnit report too large"
-    head = junit.read_bytes()
-    if b"<!DOCTYPE" in head or b"<!ENTITY" in head:  # no entity expansion from an untrusted file
+    data = junit.read_bytes()  # read once: what is checked is what is parsed
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:  # no entity expansion from an untrusted file
         return {}, "JUnit report has a DOCTYPE"
     try:
-        return parse_junit(junit, tree), None
+        return parse_junit(data, tree), None
     except Exception as e:  # noqa: BLE001 - any unparsable report scores as no report
         return {}, f"unreadable JUnit report: {e}"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from feature_deletion.baseline import BuildError, copy_tree
 
 MANIFEST = "manifest.json"
+TASK_FILE = "task.json"
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -43,7 +44,11 @@ def write_task(stage: Path, task: dict, pristine: Path, broken: dict[str, str]) 
         (d / "solution" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(pristine / rel, d / "solution" / rel)
         (d / "repo" / rel).write_bytes(text.encode("utf-8"))
-    (d / "task.json").write_text(dump(task))
+    (d / TASK_FILE).write_text(dump(task))
+
+
+def load_task(task_dir: Path) -> dict:
+    return json.loads((Path(task_dir) / TASK_FILE).read_text())
 
 
 def finish(stage: Path, out: Path, manifest: dict, force: bool) -> None:

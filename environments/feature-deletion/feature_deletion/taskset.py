@@ -17,6 +17,7 @@ import verifiers.v1 as vf
 
 from feature_deletion import sandbox
 from feature_deletion.scoring import Score, ScoreConfig, score_task
+from feature_deletion.taskdir import MANIFEST, load_task
 from feature_deletion.tools import FeatureDeletionSession, SessionConfig
 
 SYSTEM_PROMPT = """\
@@ -132,9 +133,9 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
         if not self.config.taskset_dir:
             raise ValueError("feature-deletion needs taskset_dir: a task set built with feature_deletion.generate")
         root = Path(self.config.taskset_dir).expanduser().resolve()
-        manifest_path = root / "manifest.json"
+        manifest_path = root / MANIFEST
         if not manifest_path.is_file():
-            raise FileNotFoundError(f"no manifest.json in {root}: not a built task set (make one with "
+            raise FileNotFoundError(f"no {MANIFEST} in {root}: not a built task set (make one with "
                                     f"`composer-prime env build-tasks feature-deletion --source <sdist|dir> --out {root}`)")
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("env") != "feature-deletion" or manifest.get("format") != 1:
@@ -144,7 +145,7 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
             if not in_split(entry["id"], self.config.split, self.config.eval_fraction):
                 continue
             task_dir = root / "tasks" / entry["id"]
-            task = json.loads((task_dir / "task.json").read_text())
+            task = load_task(task_dir)
             data = FeatureDeletionData(
                 id=task["id"], prompt=user_prompt(task), system_prompt=SYSTEM_PROMPT, task_dir=str(task_dir),
                 file=task["file"], qualname=task["qualname"], tests=list(task["tests"]),

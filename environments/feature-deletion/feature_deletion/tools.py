@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from feature_deletion import sandbox
-from feature_deletion.scoring import (copy_clean, load_task, sandboxed_pytest, source_roots,
-                                      split_pytest_args, top_level_modules)
+from feature_deletion.scoring import copy_clean, sandboxed_pytest, source_roots, split_pytest_args, top_level_modules
+from feature_deletion.taskdir import load_task
 from feature_deletion.tool_schemas import TOOLS, ToolError, check_arguments
 
 MAX_READ_BYTES = 4 << 20

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 # -- sandbox, tools, scoring, red team -----------------------------------------------------------
-from sandbox_support import make_handmade_taskset
-
-MINILIB = Path(__file__).parent / "fixtures" / "minilib"
+from sandbox_support import MINILIB, make_handmade_taskset
 
 
 @pytest.fixture

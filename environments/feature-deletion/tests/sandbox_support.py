@@ -12,6 +12,10 @@ import time
 import zlib
 from pathlib import Path
 
+from feature_deletion.taskdir import load_task
+
+MINILIB = Path(__file__).parent / "fixtures" / "minilib"
+HANDMADE_TASK = "tinylib.stats--mean--body"  # the one task of make_handmade_taskset
 STATS_BROKEN = '''"""Small statistics helpers."""
 
 
@@ -62,16 +66,17 @@ MEAN_TESTS = [f"tests/test_stats.py::test_mean_{n}" for n in ("empty", "fraction
 ALL_TESTS = sorted(MEAN_TESTS + ["tests/test_stats.py::test_double", "tests/test_stats.py::test_double_str"])
 
 
-def write_tree(root: Path, files: dict[str, str]) -> None:
+def write_tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
+    return root
 
 
 def make_handmade_taskset(out: Path) -> Path:
     """One task, `tinylib.stats.mean` deleted, in the exact on-disk format of the generator."""
     task = {
-        "id": "tinylib.stats--mean--body", "file": "tinylib/stats.py", "qualname": "mean",
+        "id": HANDMADE_TASK, "file": "tinylib/stats.py", "qualname": "mean",
         "deleted": [{"file": "tinylib/stats.py", "qualname": "mean", "lineno": 4, "end_lineno": 6, "kind": "body"}],
         "tests": MEAN_TESTS, "baseline_passing": ALL_TESTS, "test_paths": ["pyproject.toml", "tests"],
         "pytest_args": ["tests"], "body_lines": 4, "n_tests": len(MEAN_TESTS), "variant": "body",
@@ -107,19 +112,26 @@ def _ppid(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def leaked_sandbox_pids() -> set[int]:
-    """Processes in a pid namespace other than ours with no live sandbox run above them: a run
-    in progress (anyone's) has its helper, in our namespace, among the ancestors; a leaked
-    process was orphaned to pid 1."""
+def sandbox_pids() -> set[int]:
+    """Processes in a pid namespace other than ours (sandboxed ones, running or leaked)."""
     own = os.readlink("/proc/self/ns/pid")
     out = set()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
         try:
-            if os.readlink(f"/proc/{pid}/ns/pid") == own:
-                continue
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") != own:
+                out.add(int(entry))
+        except OSError:
+            pass  # gone while we looked
+    return out
+
+
+def leaked_sandbox_pids() -> set[int]:
+    """Sandboxed processes with no live sandbox run above them: a run in progress (anyone's) has
+    its helper, in our namespace, among the ancestors; a leaked process was orphaned to pid 1."""
+    own = os.readlink("/proc/self/ns/pid")
+    out = set()
+    for pid in sandbox_pids():
+        try:
             p = pid
             while p > 1 and os.readlink(f"/proc/{p}/ns/pid") != own:
                 p = _ppid(p)
@@ -157,7 +169,7 @@ def plant_caches(task_dir: Path) -> list[str]:
     """Leave in the task's repo/ what a careless generator would: an unchecked-hash .pyc of the
     original (Python loads it whatever the source says), the original in .git objects, and in
     type-checker and linter caches. Returns the planted paths (relative to repo/)."""
-    task = json.loads((task_dir / "task.json").read_text())
+    task = load_task(task_dir)
     repo, original = task_dir / "repo", task_dir / "solution" / task["file"]
     text = original.read_bytes()
     rel = Path(task["file"])

@@ -3,7 +3,6 @@ traps are described in its README) and on a real PyPI sdist (inflection 0.5.1)."
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,9 +17,10 @@ from feature_deletion.deletion import apply_deletions, find_functions
 from feature_deletion.gates import COLLATERAL, FAILS_BEFORE, NOT_FAILING, RESTORE_FAILS, Gates
 from feature_deletion.generate import build
 from feature_deletion.pytest_run import run_pytest
+from feature_deletion.taskdir import load_task
+from sandbox_support import MINILIB, tree_digest, write_tree
 
 ROOT = Path(__file__).resolve().parents[3]
-MINILIB = Path(__file__).parent / "fixtures" / "minilib"
 quiet = lambda m: None  # noqa: E731
 
 
@@ -28,14 +28,6 @@ def without_timings(manifest: dict) -> dict:
     m = json.loads(json.dumps(manifest))
     m["report"].pop("seconds")
     return m
-
-
-def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +155,7 @@ def test_fixture_report_pinned(full):
     assert r["candidates"] == r["accepted"] + sum(r["rejected"].values()) + r["not_evaluated"]
     assert sorted(t["id"] for t in manifest["tasks"]) == sorted(p.name for p in (out / "tasks").iterdir())
     for t in manifest["tasks"]:
-        assert json.loads((out / "tasks" / t["id"] / "task.json").read_text()) == t
+        assert load_task(out / "tasks" / t["id"]) == t
         assert t["n_tests"] == len(t["tests"]) >= 3 and set(t["tests"]) <= set(t["baseline_passing"])
         assert t["test_paths"] == ["pyproject.toml", "tests"] and t["pytest_args"] == ["tests"]
 
@@ -210,13 +202,6 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     with pytest.raises(SystemExit) as e:
         main(["env", "build-tasks", "feature-deletion", *argv])
     return e.value.code, capsys.readouterr().err
-
-
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
 
 
 TINY = "def f(x):\n    return x\n"

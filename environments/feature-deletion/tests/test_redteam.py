@@ -20,7 +20,8 @@ import pytest
 
 from feature_deletion.pytest_run import run_pytest
 from feature_deletion.sandbox import Limits
-from feature_deletion.scoring import ScoreConfig, load_task, score_task
+from feature_deletion.scoring import ScoreConfig, score_task
+from feature_deletion.taskdir import load_task
 from feature_deletion.tools import FeatureDeletionSession, SessionConfig
 from redteam_agents import COMMON, STEAL, Ctx, Step, honest, scripts
 from sandbox_support import HostGuard, plant_caches

@@ -16,7 +16,7 @@ import pytest
 
 from feature_deletion import sandbox, sandbox_cgroup
 from feature_deletion.sandbox import Limits, python_argv, run
-from sandbox_support import leaked_sandbox_pids
+from sandbox_support import leaked_sandbox_pids, sandbox_pids
 
 SMALL = Limits(memory_mb=512, nproc=32, cpu_s=30, fsize_mb=4, tmp_mb=32, output_kib=16)
 
@@ -140,20 +140,8 @@ print('nested', subprocess.run(['unshare', '-r', 'true'], capture_output=True).r
 
 def _watch_count(stop: threading.Event, peak: list[int]) -> None:
     while not stop.is_set():
-        peak[0] = max(peak[0], len(_sandbox_pids()))
+        peak[0] = max(peak[0], len(sandbox_pids()))
         time.sleep(0.05)
-
-
-def _sandbox_pids() -> set[int]:
-    own = os.readlink("/proc/self/ns/pid")
-    out = set()
-    for e in os.listdir("/proc"):
-        try:
-            if e.isdigit() and os.readlink(f"/proc/{e}/ns/pid") != own:
-                out.add(int(e))
-        except OSError:
-            pass
-    return out
 
 
 FORK_BOMB = """
@@ -170,7 +158,7 @@ while True:
 @pytest.mark.parametrize("cgroups", ["auto", "off"])
 def test_fork_bomb_contained_and_killed(tmp_path: Path, cgroups: str) -> None:
     """With cgroups off only RLIMIT_NPROC holds it (what an unprivileged CI host gets)."""
-    before = _sandbox_pids()
+    before = sandbox_pids()
     stop, peak = threading.Event(), [0]
     watcher = threading.Thread(target=_watch_count, args=(stop, peak))
     watcher.start()

@@ -11,9 +11,9 @@ import pytest
 
 from feature_deletion.scoring import (ScoreConfig, junit_outcomes, overlay, protected_paths, score_task,
                                       source_roots)
-from sandbox_support import MEAN_TESTS, STATS_PARTIAL, STATS_SOLUTION, tree_digest, write_tree
+from feature_deletion.taskdir import load_task
+from sandbox_support import HANDMADE_TASK, MEAN_TESTS, STATS_PARTIAL, STATS_SOLUTION, tree_digest, write_tree
 
-TASK = "tinylib.stats--mean--body"
 
 
 def agent_copy(task_dir: Path, tmp_path: Path, files: dict[str, str] | None = None) -> Path:
@@ -25,7 +25,7 @@ def agent_copy(task_dir: Path, tmp_path: Path, files: dict[str, str] | None = No
 
 @pytest.fixture
 def task_dir(handmade_taskset: Path) -> Path:
-    return handmade_taskset / "tasks" / TASK
+    return handmade_taskset / "tasks" / HANDMADE_TASK
 
 
 def test_untouched_broken_repo_scores_zero(task_dir: Path, tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_regression_zeroes_the_reward_unless_configured(task_dir: Path, tmp_path
 
 
 def test_a_test_missing_from_the_report_counts_as_failed(task_dir: Path, tmp_path: Path) -> None:
-    task = json.loads((task_dir / "task.json").read_text())
+    task = load_task(task_dir)
     ghost = "tests/test_stats.py::test_mean_ghost"  # listed, but no such test exists to report
     task["tests"].append(ghost)
     (task_dir / "task.json").write_text(json.dumps(task))
@@ -102,7 +102,7 @@ def test_overlay_admits_only_package_sources(task_dir: Path, tmp_path: Path) -> 
     os.symlink("/etc/passwd", agent / "tinylib" / "linked.py")
     dest = tmp_path / "dest"
     shutil.copytree(pristine, dest)
-    task = json.loads((task_dir / "task.json").read_text())
+    task = load_task(task_dir)
     assert source_roots(task, pristine) == ["tinylib"]
     applied, ignored = overlay(task, pristine, agent, dest)
     assert sorted(applied) == ["tinylib/__init__.py", "tinylib/extra.py", "tinylib/stats.py"]
@@ -113,7 +113,7 @@ def test_overlay_admits_only_package_sources(task_dir: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize("which", [0, 1])
 def test_generator_built_tasks(minilib_taskset: Path, tmp_path: Path, which: int) -> None:
     task_dir = sorted((minilib_taskset / "tasks").iterdir())[which]
-    task = json.loads((task_dir / "task.json").read_text())
+    task = load_task(task_dir)
     assert score_task(task_dir, agent_copy(task_dir, tmp_path / "broken")).reward == 0.0
     solution = {p.relative_to(task_dir / "solution").as_posix(): p.read_text()
                 for p in (task_dir / "solution").rglob("*.py")}
@@ -137,5 +137,5 @@ def test_report_must_be_a_plain_file(tmp_path: Path) -> None:
 
 def test_protected_paths(task_dir: Path, tmp_path: Path) -> None:
     repo = agent_copy(task_dir, tmp_path, {"tinylib/conftest.py": "", "tests/sub/conftest.py": ""})
-    task = json.loads((task_dir / "task.json").read_text())
+    task = load_task(task_dir)
     assert protected_paths(task, repo, "x/test_c.py::test_c") == ["pyproject.toml", "tests", "tinylib/conftest.py", "x/test_c.py"]

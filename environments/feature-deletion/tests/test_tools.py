@@ -10,9 +10,8 @@ import pytest
 
 from feature_deletion.tool_schemas import TOOLS
 from feature_deletion.tools import FeatureDeletionSession, SessionConfig
-from sandbox_support import STATS_SOLUTION
+from sandbox_support import HANDMADE_TASK, STATS_SOLUTION
 
-TASK = "tinylib.stats--mean--body"
 
 
 def call(session: FeatureDeletionSession, name, arguments=None) -> dict:
@@ -21,7 +20,7 @@ def call(session: FeatureDeletionSession, name, arguments=None) -> dict:
 
 @pytest.fixture
 def session(handmade_taskset: Path):
-    s = FeatureDeletionSession(handmade_taskset / "tasks" / TASK, SessionConfig(test_timeout_s=60, grep_timeout_s=3))
+    s = FeatureDeletionSession(handmade_taskset / "tasks" / HANDMADE_TASK, SessionConfig(test_timeout_s=60, grep_timeout_s=3))
     yield s
     asyncio.run(s.close())
 
@@ -34,8 +33,8 @@ def test_schemas_are_openai_functions() -> None:
 
 
 def test_private_copy_of_the_task(session: FeatureDeletionSession, handmade_taskset: Path) -> None:
-    assert session.repo != handmade_taskset / "tasks" / TASK / "repo"
-    assert (session.repo / "tinylib" / "stats.py").read_text() == (handmade_taskset / "tasks" / TASK / "repo/tinylib/stats.py").read_text()
+    assert session.repo != handmade_taskset / "tasks" / HANDMADE_TASK / "repo"
+    assert (session.repo / "tinylib" / "stats.py").read_text() == (handmade_taskset / "tasks" / HANDMADE_TASK / "repo/tinylib/stats.py").read_text()
     r = call(session, "list_dir", {"depth": 2})
     assert r == {"content": "pyproject.toml\ntests/\n  test_stats.py\ntinylib/\n  __init__.py\n  stats.py",
                  "is_error": False, "done": False}
@@ -93,7 +92,7 @@ def test_path_escapes_rejected(session: FeatureDeletionSession, path: str, why: 
 
 
 def test_symlinks_pointing_out_rejected(session: FeatureDeletionSession, handmade_taskset: Path) -> None:
-    solution = handmade_taskset / "tasks" / TASK / "solution" / "tinylib" / "stats.py"
+    solution = handmade_taskset / "tasks" / HANDMADE_TASK / "solution" / "tinylib" / "stats.py"
     os.symlink(solution, session.repo / "leak.py")  # as agent code run by run_tests could
     os.symlink(solution.parent, session.repo / "leakdir")
     for name, args in [("read_file", {"path": "leak.py"}), ("write_file", {"path": "leak.py", "content": "x"}),
