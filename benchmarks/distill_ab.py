@@ -1,6 +1,6 @@
 """A/B: GRPO alone against GRPO + hint self-distillation, on tool-calc, same everything else.
 
-    uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 20]
+    uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 20] [--arms grpo+distill,...]
 
 Both arms start from one warm-started tiny model (tool-calc demonstrations with deliberate
 wrong calls, `tool_calc.demos`, then `uv run sft`), and run `rl @ configs/tool-calc-distill.toml`
@@ -9,9 +9,12 @@ questions x 2 samples at fixed seeds, every 5 steps). Operands are two-digit (ma
 the 1M-parameter model cannot copy three-digit numbers reliably, and with no correct answers
 GRPO would have no signal at all. The only difference: the distill arm
 turns on `orchestrator.distill` and trains the `distill` channel at weight 0.1 next to `rl`
-(chosen on seed 0: at weight 1 the policy collapsed into a repeated token by step 7, with the
-whole turn or the first-miss scope; the frozen teacher at weight 1 ended worse than GRPO alone;
-at 0.1 it still collapsed on seeds 3 and 4 of 0-5).
+(chosen on seed 0: at weight 1 the policy collapsed by step 7, with the whole turn or the
+first-miss scope; the frozen teacher at weight 1 ended worse than GRPO alone; at 0.1 it still
+collapsed on seeds 3 and 4 of 0-5). Two more arms can be run against the same GRPO runs: the
+sampled-token estimator (`grpo+distill-sampled`, weight `--sampled-weight`) and a control
+with every distill step on but weight 0 (`grpo+distill-w0`); `--distill-flags` adds flags to
+the distill arms. A finished run is reused only when its recorded command is the same.
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at
@@ -32,8 +35,14 @@ OUT = ROOT / "outputs" / "distill-ab"
 RESULTS = ROOT / "benchmarks" / "results"
 ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
         'eval_args = {split = "eval", num_tasks = 200, max_operand = 99}}]')
+DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
+# The baseline and the distill arms; each distill arm differs from "grpo" only in its own flags.
 ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0}"],
-        "grpo+distill": ["--orchestrator.distill.enabled", "true", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"]}
+        "grpo+distill": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
+        "grpo+distill-w0": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.0}"],
+        "grpo+distill-sampled": [*DISTILL_ON, "--trainer.loss.distill.estimator", "sampled",
+                                 "--trainer.loss.weights", "{rl = 1.0, distill = WEIGHT}"]}
+BASELINE = "grpo"
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -60,6 +69,17 @@ def warm_start(out: Path) -> Path:
     return agent
 
 
+def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
+    extra = a.distill_flags.split() if arm != BASELINE else []
+    return [f.replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]] + extra
+
+
+def finished(run_dir: Path, args: list[str]) -> bool:
+    """A run is reused when it ended (`rl` writes summary.json last) with these very arguments."""
+    done, recorded = run_dir / "summary.json", run_dir / "ab-command.json"
+    return done.exists() and recorded.exists() and json.loads(recorded.read_text()) == args
+
+
 def evals(run_dir: Path) -> list[dict]:
     rows = [json.loads(ln) for ln in (run_dir / "orchestrator" / "metrics.jsonl").read_text().splitlines()]
     return [{"step": r["step"], "tool_error_rate": r["eval/tool-calc/tool_error_rate"], "reward": r["eval_reward"],
@@ -67,15 +87,24 @@ def evals(run_dir: Path) -> list[dict]:
 
 
 def summarise(results: dict) -> dict:
-    final = {arm: [runs[s][-1] for s in sorted(runs)] for arm, runs in results.items()}
+    """Per arm: mean start and final held-out figures; per distill arm: its final tool-error
+    rate over GRPO's and whether that is at most half with no collapsed seed (the target)."""
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    out = {arm: {"final_tool_error_rate": mean([r["tool_error_rate"] for r in rs]),
-                 "final_reward": mean([r["reward"] for r in rs]),
-                 "start_tool_error_rate": mean([results[arm][s][0]["tool_error_rate"] for s in results[arm]])}
-           for arm, rs in final.items()}
-    g, d = out["grpo"]["final_tool_error_rate"], out["grpo+distill"]["final_tool_error_rate"]
-    out["ratio_distill_over_grpo"] = d / g if g else None
-    out["target_met"] = bool(g) and d <= 0.5 * g
+    out = {}
+    for arm, runs in results.items():
+        final = [runs[s][-1] for s in sorted(runs)]
+        out[arm] = {"final_tool_error_rate": mean([r["tool_error_rate"] for r in final]),
+                    "final_reward": mean([r["reward"] for r in final]),
+                    "start_tool_error_rate": mean([runs[s][0]["tool_error_rate"] for s in runs]),
+                    # nothing solved at the end: a policy that stopped calling tools has no tool
+                    # errors either, so the rate alone would score it perfect
+                    "collapsed_seeds": sorted(s for s in runs if runs[s][-1]["reward"] == 0.0)}
+    g = out[BASELINE]["final_tool_error_rate"]
+    for arm in results:
+        if arm != BASELINE:
+            d = out[arm]["final_tool_error_rate"]
+            out[arm] |= {"ratio_over_grpo": d / g if g else None,
+                         "target_met": bool(g) and d <= 0.5 * g and not out[arm]["collapsed_seeds"]}
     return out
 
 
@@ -86,7 +115,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, color in zip(results, ("tab:blue", "tab:orange")):
+    for arm, color in zip(results, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
         for i, (seed, rows) in enumerate(sorted(results[arm].items())):
             steps = [r["step"] for r in rows]
             kw = {"color": color, "alpha": 0.8, "label": arm if i == 0 else None}
@@ -103,33 +132,44 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--arms", default=",".join(ARMS), help=f"from {', '.join(ARMS)} (grpo is always run)")
+    p.add_argument("--sampled-weight", type=float, default=0.1, help="distill weight of the sampled-estimator arm")
+    p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
     a = p.parse_args()
+    arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
+    if unknown := [x for x in arms if x not in ARMS]:
+        sys.exit(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
     agent = warm_start(OUT)
-    results: dict = {arm: {} for arm in ARMS}
+    results: dict = {arm: {} for arm in arms}
     for seed in [int(s) for s in a.seeds.split(",")]:
-        for arm, flags in ARMS.items():
+        for arm in arms:
+            flags = arm_flags(arm, a)
             run_dir = OUT / f"{arm}-s{seed}"
             t0 = time.time()
-            done = run_dir / "summary.json"  # `rl` writes it at the end: a finished run is reused (delete it to redo)
-            if not (done.exists() and json.loads(done.read_text()).get("steps") == a.steps):
-                run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
-                     "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
-                     "--orchestrator.envs", ENVS, *flags], OUT / f"{arm}-s{seed}.log")
+            cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+                   "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
+                   "--orchestrator.envs", ENVS, *flags]
+            if not finished(run_dir, cmd[3:]):
+                run(cmd, OUT / f"{arm}-s{seed}.log")
+                (run_dir / "ab-command.json").write_text(json.dumps(cmd[3:]))
             results[arm][seed] = evals(run_dir)
             last = results[arm][seed][-1]
-            print(f"{arm:13s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} -> "
+            print(f"{arm:20s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} -> "
                   f"{last['tool_error_rate']:.3f}, reward {last['reward']:.3f} ({time.time() - t0:.0f}s)", flush=True)
     summary = summarise(results)
-    print(f"\n| arm | held-out tool-error rate, start -> end (mean of {len(results['grpo'])} seeds) | held-out reward at end |")
-    print("|---|---|---|")
-    for arm in ARMS:
+    print(f"\n| arm | held-out tool-error rate, start -> end (mean of {len(results[BASELINE])} seeds) "
+          "| held-out reward at end | collapsed seeds | over GRPO (target <= 0.5) |")
+    print("|---|---|---|---|---|")
+    for arm in arms:
         s = summary[arm]
-        print(f"| {arm} | {s['start_tool_error_rate']:.3f} -> {s['final_tool_error_rate']:.3f} | {s['final_reward']:.3f} |")
-    ratio = summary["ratio_distill_over_grpo"]
-    print(f"\ndistill / grpo tool-error rate at the end: {ratio:.2f} (target <= 0.5: {'met' if summary['target_met'] else 'not met'})"
-          if ratio is not None else "\nGRPO made no tool errors at the end: no ratio")
+        ratio = "" if arm == BASELINE else ("n/a" if s["ratio_over_grpo"] is None else
+                                            f"{s['ratio_over_grpo']:.2f} ({'met' if s['target_met'] else 'not met'})")
+        print(f"| {arm} | {s['start_tool_error_rate']:.3f} -> {s['final_tool_error_rate']:.3f} | {s['final_reward']:.3f} "
+              f"| {','.join(map(str, s['collapsed_seeds'])) or '-'} | {ratio} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "distill_ab.json").write_text(json.dumps({"steps": a.steps, "runs": results, "summary": summary}, indent=1))
+    settings = {arm: arm_flags(arm, a) for arm in arms}
+    (RESULTS / "distill_ab.json").write_text(json.dumps({"steps": a.steps, "arms": settings, "runs": results,
+                                                         "summary": summary}, indent=1))
     plot(results, RESULTS / "distill_ab.png")
     print(f"wrote {RESULTS / 'distill_ab.json'} and distill_ab.png")
 

@@ -41,6 +41,8 @@ def run_rl(*args: str) -> subprocess.CompletedProcess:
     (["@", "does-not-exist.toml"], "config file not found: does-not-exist.toml"),
     (["--weight_broadcast.type", "shardcast", "--weight_broadcast.keep_last", "1"],
      "weight_broadcast.keep_last: 1 is below orchestrator.max_async_level + 1 = 2"),
+    (["--orchestrator.distill.enabled", "true", "--orchestrator.distill.teacher", "inference",
+      "--trainer.loss.distill.estimator", "sampled"], 'trainer.loss.distill.estimator: "sampled" needs'),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, expected):
     r = run_rl(*args, "--dry-run")

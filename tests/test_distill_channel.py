@@ -96,20 +96,29 @@ def test_teacher_positions_hold_the_students_tokens(tok, model, question, error_
     assert targets.rows.tolist() == [0] * t.length
 
 
-def test_empty_hint_gives_exactly_zero_loss_and_gradient(tok, model):
+@pytest.mark.parametrize("estimator", ["jsd", "sampled"])
+def test_empty_hint_gives_exactly_zero_loss_and_gradient(tok, model, estimator):
     ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
     t = teacher_view(tok, ids, turns[1].start, turns[1].end, history_before(opening, turns, 1), "")
     assert t.input_ids == ids[: turns[1].end] and t.start == t.student_start
-    loss, stats, logits, _ = distill_loss_of(model, [sample_with(ids, [t])])
+    cfg = LossConfig(weights={"distill": 1.0}, distill={"estimator": estimator})
+    loss, stats, logits, _ = distill_loss_of(model, [sample_with(ids, [t])], cfg)
     assert loss.item() == 0.0 and stats["loss/distill"].item() == 0.0
     assert logits.grad.abs().max().item() == 0.0
 
 
-def test_a_hint_pulls_only_the_error_turn(tok, model):
+@pytest.mark.parametrize("estimator", ["jsd", "sampled"])
+def test_a_hint_pulls_only_the_error_turn(tok, model, estimator):
     ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
     t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
-    loss, stats, logits, _ = distill_loss_of(model, [sample_with(ids, [t])])
-    assert loss.item() > 1e-4 and torch.isfinite(loss)
+    cfg = LossConfig(weights={"distill": 1.0}, distill={"estimator": estimator})
+    loss, stats, logits, targets = distill_loss_of(model, [sample_with(ids, [t])], cfg)
+    assert abs(loss.item()) > 1e-4 and torch.isfinite(loss)
+    if estimator == "sampled":  # the value is the mean gap log p_S(y) - log p_T(y) over the turn
+        s = torch.log_softmax(logits.detach()[targets.rows, targets.cols], -1)
+        t_ = torch.log_softmax(targets.scores, -1)
+        y = targets.tokens[:, None]
+        assert loss.item() == pytest.approx((s.gather(-1, y) - t_.gather(-1, y)).mean().item(), rel=1e-5)
     touched = (logits.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
     assert touched == list(range(t.student_start - 1, t.student_start - 1 + t.length))  # the error turn's tokens, nothing else
     assert 0.0 <= stats["distill/top1_agree"].item() <= 1.0
@@ -126,6 +135,8 @@ def test_top_k_teacher_from_inference_matches_top_k_on_full_logits(tok, model):
     from_top, _, _, targets = distill_loss_of(model, [sample_with(ids, [scored])])
     assert targets.support is not None and targets.scores.shape == (t.length, k)
     assert from_top.item() == pytest.approx(full.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="full teacher logits"):
+        distill_loss_of(model, [sample_with(ids, [scored])], LossConfig(weights={"distill": 1.0}, distill={"estimator": "sampled"}))
 
 
 def test_teachers_survive_the_wire_and_bad_ones_are_refused(tok):

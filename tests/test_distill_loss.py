@@ -47,6 +47,36 @@ def test_temperature_top_k_and_clamp():
         generalized_jsd(S, T, 1.5)
 
 
+def test_sampled_estimator_pinned():
+    """p_S(y) = 0.2, p_T(y) = 0.6: value ln(0.2 / 0.6) = -1.098612; d/d log p_S(y) = the same gap,
+    so with respect to the student's logits the gradient is gap * (onehot(y) - p_S)."""
+    from composer_prime.trainer.loss.distill import sampled_reverse_kl
+
+    student = torch.tensor([[0.2, 0.8]]).log().requires_grad_(True)
+    teacher = torch.tensor([[0.6, 0.4]]).log().requires_grad_(True)
+    y = torch.tensor([0])
+    value = sampled_reverse_kl(student, teacher, y)
+    value.sum().backward()
+    gap = math.log(1 / 3)
+    assert value.item() == pytest.approx(gap, abs=1e-6)
+    # descent raises the written token, which the teacher likes more than the student does
+    assert torch.allclose(student.grad, torch.tensor([[gap * 0.8, -gap * 0.8]]), atol=1e-6)
+    assert student.grad[0, 0] < 0 and (teacher.grad is None or teacher.grad.abs().sum() == 0)
+    clamped = torch.tensor([[0.2, 0.8]]).log().requires_grad_(True)
+    sampled_reverse_kl(clamped, teacher, y, clamp=0.5).sum().backward()
+    assert torch.allclose(clamped.grad, torch.tensor([[-0.4, 0.4]]), atol=1e-6)  # the gap capped at -0.5
+
+
+def test_sampled_estimator_is_zero_where_teacher_and_student_agree_on_the_token():
+    from composer_prime.trainer.loss.distill import sampled_reverse_kl
+
+    student = torch.tensor([[0.3, 0.3, 0.4]]).log().requires_grad_(True)
+    teacher = torch.tensor([[0.3, 0.6, 0.1]]).log()  # other tokens differ: only the written one counts
+    value = sampled_reverse_kl(student, teacher, torch.tensor([0]))
+    value.sum().backward()
+    assert value.item() == pytest.approx(0.0, abs=1e-6) and student.grad.abs().max().item() < 1e-6
+
+
 def test_up_to_first_miss_keeps_each_error_turn_until_the_teachers_first_disagreement():
     from composer_prime.trainer.loss.distill import up_to_first_miss
 

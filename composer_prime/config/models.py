@@ -209,10 +209,14 @@ class RLLossConfig(Strict):
 class DistillLossConfig(Strict):
     """The `distill` channel (hint self-distillation); formulas in trainer/loss/distill.py."""
 
+    # "jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the
+    # reverse KL at the token the student wrote, log p_S - log p_T acting as a per-token
+    # advantage (on-policy distillation; needs the trainer's teacher forward)
+    estimator: Literal["jsd", "sampled"] = "jsd"
     beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
     temperature: float = Field(1.0, gt=0.0)
     top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
-    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence
+    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
     teacher: Literal["current", "frozen"] = "current"  # the policy being trained, or the initial weights
     # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
     # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
@@ -298,4 +302,9 @@ class RLConfig(Shared):
         orch_section.setdefault("inference_urls", [url])
         trainer_section.setdefault("inference_urls", [url])
         orch = validate(OrchestratorConfig, orch_section, provenance, ("orchestrator",))
-        return inf, orch, validate(TrainerConfig, trainer_section, provenance, ("trainer",))
+        trainer = validate(TrainerConfig, trainer_section, provenance, ("trainer",))
+        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.estimator == "sampled":
+            raise ConfigError("trainer.loss.distill.estimator: \"sampled\" needs the teacher's log-prob of every "
+                              "written token; the inference teacher returns only its top-k (use "
+                              "orchestrator.distill.teacher = \"trainer\")")
+        return inf, orch, trainer

@@ -8,6 +8,15 @@ KL(p_T || p_S) (mode-covering), beta = 1 the reverse KL(p_S || p_T) (mode-seekin
 distributions are softmaxes at the same temperature. With `top_k`, both are restricted to the
 teacher's k most likely tokens and renormalised there; `clamp` caps each token's divergence so
 one wild position cannot dominate the turn.
+
+The other estimator (`estimator = "sampled"`) looks only at the token y the student wrote:
+
+    loss value = log p_S(y) - log p_T(y)          (an unbiased estimate of KL(p_S || p_T))
+    gradient   = (log p_S(y) - log p_T(y)) * grad log p_S(y)
+
+the reverse KL's score-function gradient: the teacher's verdict on each written token acts as a
+per-token advantage, so a token the hinted teacher would not write is pushed down and the rest
+of the distribution is left alone (on-policy distillation, as in SDPO's sampled-token loss).
 """
 
 from __future__ import annotations
@@ -52,6 +61,19 @@ def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     return out.clamp(max=clamp) if clamp is not None else out
 
 
+def sampled_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tokens: torch.Tensor,
+                       temperature: float = 1.0, clamp: float | None = None) -> torch.Tensor:
+    """Per-position log p_S(y) - log p_T(y) at the written tokens y, from logits [N, V]; its
+    gradient is that gap (detached, clamped to [-clamp, clamp]) times grad log p_S(y)."""
+    pick = lambda logits: torch.log_softmax(logits.float() / temperature, -1).gather(-1, tokens[:, None])[:, 0]  # noqa: E731
+    s = pick(student_logits)
+    gap = (s - pick(teacher_logits.detach())).detach()
+    if clamp is not None:
+        gap = gap.clamp(-clamp, clamp)
+    surrogate = gap * s
+    return surrogate - surrogate.detach() + gap  # value: the gap; gradient: gap * grad s
+
+
 @dataclass
 class TeacherTargets:
     """The teacher's distributions at the distill tokens of one micro-batch: student position
@@ -79,9 +101,14 @@ def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights:
                  cfg: DistillLossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Summed weighted divergence over the error-turn tokens (the numerator of a token mean)."""
     s = student_logits[teacher.rows, teacher.cols]
-    if teacher.support is not None:  # a top-k teacher: compare on its support, both renormalised there
-        s = s.gather(-1, teacher.support)
-    d = generalized_jsd(s, teacher.scores, cfg.beta, cfg.temperature, cfg.top_k, cfg.clamp)
+    if cfg.estimator == "sampled":
+        if teacher.support is not None:
+            raise ValueError("the sampled estimator needs full teacher logits; this teacher gave only its top-k")
+        d = sampled_reverse_kl(s, teacher.scores, teacher.tokens, cfg.temperature, cfg.clamp)
+    else:
+        if teacher.support is not None:  # a top-k teacher: compare on its support, both renormalised there
+            s = s.gather(-1, teacher.support)
+        d = generalized_jsd(s, teacher.scores, cfg.beta, cfg.temperature, cfg.top_k, cfg.clamp)
     w = weights[teacher.rows, teacher.cols]
     with torch.no_grad():
         agree = (s.argmax(-1) == teacher.scores.argmax(-1)).float()  # student's greedy token is the teacher's
