@@ -28,6 +28,11 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
+def log_tails(run: Path) -> str:
+    """What each process said last: the message of a failed assertion on a run started with its output hidden."""
+    return "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted((run / "logs").glob("*.log")))
+
+
 def probe(url: str, ids: list[int]) -> tuple[list[int], list[float]]:
     r = httpx.post(f"{url}/inference/v1/generate", timeout=60,
                    json={"token_ids": ids, "sampling_params": {"max_tokens": 12, "temperature": 1.0, "seed": 5}})
@@ -90,7 +95,7 @@ def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, t
     deadline = time.time() + 600
     while len(rows(metrics)) < 4 and time.time() < deadline and rl.poll() is None:
         time.sleep(0.2)
-    assert len(rows(metrics)) >= 4
+    assert len(rows(metrics)) >= 4, log_tails(run)
     rank = subprocess.run(["pgrep", "-f", f"composer_prime.trainer.train @ {run}/configs/trainer.toml"],
                           capture_output=True, text=True).stdout.split()
     assert rank, "trainer rank process not found"

@@ -45,3 +45,19 @@ def test_wrong_schema_version_and_garbage_are_rejected():
 def test_misaligned_sample_is_rejected():
     with pytest.raises(SchemaError, match="advantages has 2 entries for 3 tokens"):
         Sample(input_ids=[1, 2, 3], sampling_logprobs=[0, 0, 0], advantages=[0, 0], channel_weights={})
+
+
+def test_a_taken_address_is_a_clear_error():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    first = BatchReceiver(address)
+    with pytest.raises(SystemExit, match="cannot listen .*--transport.address"):
+        BatchReceiver(address)
+    first.close()
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range():
+    from composer_prime.utils.net import _ephemeral_low
+
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50  # never the same port twice in one process, even before anyone binds it
+    assert max(ports) < _ephemeral_low()  # outgoing connections take their source ports from that range

@@ -30,7 +30,12 @@ class BatchReceiver:
     def __init__(self, address: str) -> None:
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
-        self._sock.bind(address)
+        try:
+            self._sock.bind(address)
+        except zmq.ZMQError as e:  # the usual cause: another run (or a stale trainer) holds the port
+            self._sock.close(linger=0)
+            raise SystemExit(f"transport.address {address}: cannot listen ({e.strerror}); "
+                             "is another run using it? pick a free port with --transport.address") from None
 
     def recv(self, timeout_s: float | None = None) -> Batch | None:
         """The next batch, or None after `timeout_s` seconds without one."""
