@@ -12,9 +12,10 @@ turns on `orchestrator.distill` and trains the `distill` channel at weight 0.1 n
 (chosen on seed 0: at weight 1 the policy collapsed by step 7, with the whole turn or the
 first-miss scope; the frozen teacher at weight 1 ended worse than GRPO alone; at 0.1 it still
 collapsed on seeds 3 and 4 of 0-5). Two more arms can be run against the same GRPO runs: the
-sampled-token estimator (`grpo+distill-sampled`, weight `--sampled-weight`) and a control
-with every distill step on but weight 0 (`grpo+distill-w0`); `--distill-flags` adds flags to
-the distill arms. A finished run is reused only when its recorded command is the same.
+sampled-token estimator (`grpo+distill-sampled`, weight `--sampled-weight`), a control
+with every distill step on but weight 0 (`grpo+distill-w0`), and the A/B arm with the teacher
+scored by an EMA of the policy (`grpo+distill-ema`) or by the initial weights
+(`grpo+distill-frozen`); `--distill-flags` adds flags to the distill arms. A finished run is reused only when its recorded command is the same.
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at
@@ -40,6 +41,8 @@ DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
 ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0}"],
         "grpo+distill": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-w0": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.0}"],
+        "grpo+distill-ema": [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
+        "grpo+distill-frozen": [*DISTILL_ON, "--trainer.loss.distill.teacher", "frozen", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-sampled": [*DISTILL_ON, "--trainer.loss.distill.estimator", "sampled",
                                  "--trainer.loss.weights", "{rl = 1.0, distill = WEIGHT}"]}
 BASELINE = "grpo"
@@ -115,7 +118,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, color in zip(results, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+    for arm, color in zip(results, [f"C{i}" for i in range(10)]):
         for i, (seed, rows) in enumerate(sorted(results[arm].items())):
             steps = [r["step"] for r in rows]
             kw = {"color": color, "alpha": 0.8, "label": arm if i == 0 else None}
@@ -132,7 +135,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--arms", default=",".join(ARMS), help=f"from {', '.join(ARMS)} (grpo is always run)")
+    p.add_argument("--arms", default="grpo+distill", help=f"from {', '.join(ARMS)} (grpo is always run)")
     p.add_argument("--sampled-weight", type=float, default=0.1, help="distill weight of the sampled-estimator arm")
     p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
     a = p.parse_args()

@@ -3,12 +3,14 @@
 import json
 import random
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
 from composer_prime.config.models import TrainerConfig
+from composer_prime.trainer import checkpoint
 from composer_prime.trainer.model import full_state_dict, load_model, shard
 from composer_prime.trainer.train import train_step
 from composer_prime.transports.batches.schema import Batch, Sample, Teacher
@@ -34,17 +36,34 @@ def fixed_batch(distill: bool) -> Batch:
     return Batch(step=0, samples=samples)
 
 
+def dump(model, path: str) -> None:
+    state = full_state_dict(model)  # collective
+    if dist.get_rank() == 0:
+        save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, path)  # tied
+
+
 def main(model_dir: str, out: str, loss: str = "{}") -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
     model = shard(load_model(model_dir))
     ref = shard(load_model(model_dir)).eval() if cfg.loss.rl.kl_coef > 0 else None
+    ema = shard(load_model(model_dir)).requires_grad_(False).eval() if cfg.loss.distill.teacher == "ema" else None
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    metrics = train_step(cfg, model, optim, fixed_batch("distill" in cfg.loss.weights), pad_id=0, ref_model=ref)
-    state = full_state_dict(model)
+    metrics = train_step(cfg, model, optim, fixed_batch("distill" in cfg.loss.weights), pad_id=0, ref_model=ref, teacher_model=ema)
+    dump(model, f"{out}/weights.safetensors")
+    if ema is not None:  # the teacher after its update, and as a resumed run reads it back from a checkpoint
+        dump(ema, f"{out}/teacher.safetensors")
+        checkpoint.save(Path(out) / "ckpt", 1, model, optim, keep_last=1, teacher=ema)
+        fresh = shard(load_model(model_dir)).requires_grad_(False).eval()
+        checkpoint.load(Path(out) / "ckpt" / "step_1", model, optim, fresh)
+        dump(fresh, f"{out}/teacher_resumed.safetensors")
+        checkpoint.save(Path(out) / "ckpt", 2, model, optim, keep_last=2)  # a run started without the EMA teacher
+        try:
+            checkpoint.load(Path(out) / "ckpt" / "step_2", model, optim, fresh)
+        except SystemExit as e:
+            metrics["resume_error"] = str(e)
     if dist.get_rank() == 0:
-        save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, f"{out}/weights.safetensors")  # tied
         with open(f"{out}/metrics.json", "w") as f:
             json.dump(metrics, f)
     dist.barrier()  # neither rank tears gloo down while the other may still be talking to it

@@ -43,6 +43,9 @@ def run_rl(*args: str) -> subprocess.CompletedProcess:
      "weight_broadcast.keep_last: 1 is below orchestrator.max_async_level + 1 = 2"),
     (["--orchestrator.distill.enabled", "true", "--orchestrator.distill.teacher", "inference",
       "--trainer.loss.distill.estimator", "sampled"], 'trainer.loss.distill.estimator: "sampled" needs'),
+    (["--orchestrator.distill.enabled", "true", "--orchestrator.distill.teacher", "inference",
+      "--trainer.loss.distill.teacher", "ema"], 'trainer.loss.distill.teacher: "ema" weights live in the trainer'),
+    (["--trainer.loss.distill.ema_rate", "0"], "trainer.loss.distill.ema_rate: Input should be greater than 0"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, expected):
     r = run_rl(*args, "--dry-run")

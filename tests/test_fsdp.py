@@ -26,7 +26,8 @@ def run(nproc: int, model_dir, out, loss: dict | None = None) -> tuple[dict, dic
 # every rank although only one rank holds an error turn
 OBJECTIVES = {"default": {},
               "grpo-mask-delta-kl": {"rl": {"norm": "sequence", "off_policy": "mask", "two_sided_delta": 4.0, "kl_coef": 0.1}},
-              "rl+distill": {"weights": {"rl": 1.0, "distill": 0.5}}}
+              "rl+distill": {"weights": {"rl": 1.0, "distill": 0.5}},
+              "rl+distill-ema": {"weights": {"rl": 1.0, "distill": 0.5}, "distill": {"teacher": "ema", "ema_rate": 0.25}}}
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -44,10 +45,19 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective):
     if objective == "grpo-mask-delta-kl":
         assert 0 < m1["masked"] < 1  # the band masks some tokens, not all
         assert "ref_kl" in m1
-    if objective == "rl+distill":
+    if objective.startswith("rl+distill"):
         assert m1["loss/distill"] > 0
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     moved = max((w1[k] - base[k]).abs().max().item() for k in base)
     assert moved > 5e-6  # the step really changed the weights (Adam step ~ lr = 1e-5 during warm-up)
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=1e-4, atol=1e-5)
+    if objective == "rl+distill-ema":  # teacher <- teacher + 0.25 (policy - teacher), from the initial weights
+        t1, t2 = (load_file(str(tmp_path / d / "teacher.safetensors")) for d in ("one", "two"))
+        for k in base:
+            torch.testing.assert_close(t1[k], base[k] + 0.25 * (w1[k] - base[k]), rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(t2[k], t1[k], rtol=1e-4, atol=1e-5)
+        assert "holds no EMA teacher" in m1["resume_error"] and "holds no EMA teacher" in m2["resume_error"]
+        for d in ("one", "two"):  # the checkpoint holds the teacher: a resumed run scores with the same weights
+            resumed = load_file(str(tmp_path / d / "teacher_resumed.safetensors"))
+            assert all(torch.equal(resumed[k], t) for k, t in load_file(str(tmp_path / d / "teacher.safetensors")).items())

@@ -217,7 +217,10 @@ class DistillLossConfig(Strict):
     temperature: float = Field(1.0, gt=0.0)
     top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
     clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
-    teacher: Literal["current", "frozen"] = "current"  # the policy being trained, or the initial weights
+    # the policy being trained, the initial weights, or a slow average of the policy (SDPO's
+    # regularised teacher: it does not follow the student into a collapse within a few steps)
+    teacher: Literal["current", "frozen", "ema"] = "current"
+    ema_rate: float = Field(0.05, gt=0.0, le=1.0)  # "ema": teacher += rate * (policy - teacher) after each step
     # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
     # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
     scope: Literal["turn", "first_miss"] = "turn"
@@ -306,5 +309,9 @@ class RLConfig(Shared):
         if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.estimator == "sampled":
             raise ConfigError("trainer.loss.distill.estimator: \"sampled\" needs the teacher's log-prob of every "
                               "written token; the inference teacher returns only its top-k (use "
+                              "orchestrator.distill.teacher = \"trainer\")")
+        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.teacher != "current":
+            raise ConfigError(f"trainer.loss.distill.teacher: \"{trainer.loss.distill.teacher}\" weights live in the "
+                              "trainer; the inference teacher scores with the served policy (use "
                               "orchestrator.distill.teacher = \"trainer\")")
         return inf, orch, trainer

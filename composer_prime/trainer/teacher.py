@@ -8,6 +8,11 @@ sees the whole vocabulary rather than a top-k, and needs no extra network round 
 is a forward over contexts that stop at the error turn. The other way is supported too: the
 orchestrator (`distill.teacher = "inference"`) asks the inference server for the prefill's
 top-k log-probs and ships them in `Teacher.top_ids/top_logprobs`; those are used as they are.
+
+Which weights score it (`trainer.loss.distill.teacher`): the current policy, the frozen initial
+one, or an exponential moving average of the policy. With the current policy the teacher moves
+with every step, so if the student drifts into a degenerate output the teacher drifts with it
+and stops pulling back; the average lags by about 1/rate steps.
 """
 
 from __future__ import annotations
@@ -23,6 +28,17 @@ def needs_forward(batch: Batch) -> bool:
     """Whether any teacher in the whole batch must be scored here. The same on every rank, so
     every rank runs the same number of (FSDP-collective) teacher forwards."""
     return any(not t.top_ids for s in batch.samples for t in s.teachers)
+
+
+@torch.no_grad()
+def ema_update(teacher: torch.nn.Module, policy: torch.nn.Module, rate: float) -> None:
+    """teacher <- teacher + rate * (policy - teacher), parameter by parameter. Both are sharded
+    alike, so each rank updates its own shards and no communication is needed."""
+    for m in (teacher, policy):  # FSDP2 keeps the root's parameters gathered after a forward with no backward
+        if hasattr(m, "reshard"):
+            m.reshard()
+    for t, p in zip(teacher.parameters(), policy.parameters(), strict=True):
+        t.lerp_(p, rate)
 
 
 def _same_context(mb: MicroBatch, row: int, t) -> bool:

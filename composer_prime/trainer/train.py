@@ -20,7 +20,7 @@ from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
-from composer_prime.trainer.teacher import needs_forward, teacher_targets
+from composer_prime.trainer.teacher import ema_update, needs_forward, teacher_targets
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports.batches.zmq import BatchReceiver
@@ -67,13 +67,15 @@ def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: in
     dist.barrier()
 
 
-def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_model=None) -> dict[str, float]:
+def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_model=None, teacher_model=None) -> dict[str, float]:
+    """One optimizer step. `ref_model`: the frozen reference of the k3 term; `teacher_model`: the
+    weights that score distill teachers (default: the policy itself)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
     channels = sorted(counts.tokens)
     distill = counts.tokens.get("distill", 0) > 0
     score_teachers = distill and needs_forward(batch)  # decided on the whole batch: equal on every rank
-    teacher_model = ref_model if cfg.loss.distill.teacher == "frozen" else model
+    teacher_model = model if teacher_model is None else teacher_model
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
@@ -104,6 +106,8 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
         tokens += int(mask.sum())
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
     optim.step()
+    if teacher_model is not model and cfg.loss.distill.teacher == "ema":
+        ema_update(teacher_model, model, cfg.loss.distill.ema_rate)
     keys = sorted(sums)
     vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)])
     dist.all_reduce(vec)
@@ -129,9 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = box[0]
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
-    ref_model = None
-    if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen":  # initial weights, sharded the same way
-        ref_model = shard(load_model(model_dir)).requires_grad_(False).eval()
+
+    def initial_weights() -> torch.nn.Module:  # never trained, sharded like the policy
+        return shard(load_model(model_dir)).requires_grad_(False).eval()
+
+    ref_model = initial_weights() if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen" else None
+    ema = initial_weights() if cfg.loss.distill.teacher == "ema" else None  # then trails the policy, step by step
+    teacher_model = {"current": model, "frozen": ref_model, "ema": ema}[cfg.loss.distill.teacher]
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics_path = run / "trainer" / "metrics.jsonl"
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
-        checkpoint.load(path, model, optim)
+        checkpoint.load(path, model, optim, ema)
         log(f"resumed from {path} (step {start})")
         if dist.get_rank() == 0 and metrics_path.exists():  # forget steps the checkpoint does not contain
             lines = [ln for ln in metrics_path.read_text().splitlines() if json.loads(ln)["step"] < start]
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     for step in range(start, cfg.max_steps):
         batch = receive(receiver, step)
         t0 = time.time()
-        metrics = train_step(cfg, model, optim, batch, pad_id, ref_model)
+        metrics = train_step(cfg, model, optim, batch, pad_id, ref_model, teacher_model)
         metrics["tokens_per_s"] = metrics["trained_tokens"] / max(time.time() - t0, 1e-9)
         compute_s = time.time() - t0
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
@@ -166,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
-            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last)
+            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, ema)
         publish(cfg, model, model_dir, step + 1, publisher)
         distilled = f" loss/distill {metrics['loss/distill']:.4f}" if "loss/distill" in metrics else ""
         log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f}{distilled} grad_norm {metrics['grad_norm']:.3f} "
