@@ -15,7 +15,8 @@ collapsed on seeds 3 and 4 of 0-5). Two more arms can be run against the same GR
 sampled-token estimator (`grpo+distill-sampled`, weight `--sampled-weight`), a control
 with every distill step on but weight 0 (`grpo+distill-w0`), and the A/B arm with the teacher
 scored by an EMA of the policy (`grpo+distill-ema`) or by the initial weights
-(`grpo+distill-frozen`); `--distill-flags` adds flags to the distill arms. A finished run is reused only when its recorded command is the same.
+(`grpo+distill-frozen`); `--distill-flags` adds flags to the distill arms. A finished run is
+reused only when its recorded command is the same.
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from composer_prime.config.models import TrainerConfig
 from composer_prime.trainer import checkpoint
-from composer_prime.trainer.model import full_state_dict, load_model, shard
+from composer_prime.trainer.model import frozen_copy, full_state_dict, load_model, shard
 from composer_prime.trainer.train import train_step
 from composer_prime.transports.batches.schema import Batch, Sample, Teacher
 
@@ -47,15 +47,15 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
     torch.set_num_threads(1)
     cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
     model = shard(load_model(model_dir))
-    ref = shard(load_model(model_dir)).eval() if cfg.loss.rl.kl_coef > 0 else None
-    ema = shard(load_model(model_dir)).requires_grad_(False).eval() if cfg.loss.distill.teacher == "ema" else None
+    ref = frozen_copy(model_dir) if cfg.loss.rl.kl_coef > 0 else None
+    ema = frozen_copy(model_dir) if cfg.loss.distill.teacher == "ema" else None
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     metrics = train_step(cfg, model, optim, fixed_batch("distill" in cfg.loss.weights), pad_id=0, ref_model=ref, teacher_model=ema)
     dump(model, f"{out}/weights.safetensors")
     if ema is not None:  # the teacher after its update, and as a resumed run reads it back from a checkpoint
         dump(ema, f"{out}/teacher.safetensors")
         checkpoint.save(Path(out) / "ckpt", 1, model, optim, keep_last=1, teacher=ema)
-        fresh = shard(load_model(model_dir)).requires_grad_(False).eval()
+        fresh = frozen_copy(model_dir)
         checkpoint.load(Path(out) / "ckpt" / "step_1", model, optim, fresh)
         dump(fresh, f"{out}/teacher_resumed.safetensors")
         checkpoint.save(Path(out) / "ckpt", 2, model, optim, keep_last=2)  # a run started without the EMA teacher

@@ -46,9 +46,9 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
 
 
 def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, teacher: torch.nn.Module | None = None) -> None:
-    state = _state(model, optim, teacher)
     if teacher is not None and not any(k.startswith("teacher.") for k in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata):
         raise SystemExit(f"{path} holds no EMA teacher: the run was started with another trainer.loss.distill.teacher")
+    state = _state(model, optim, teacher)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if teacher is not None:

@@ -21,6 +21,11 @@ def load_model(path: str) -> PreTrainedModel:
     return model
 
 
+def frozen_copy(path: str) -> PreTrainedModel:
+    """The weights at `path`, sharded like the policy and never trained (a reference or a teacher)."""
+    return shard(load_model(path)).requires_grad_(False).eval()
+
+
 def shard(model: PreTrainedModel) -> PreTrainedModel:
     """Shard parameters over all ranks (a one-rank mesh on a single process is valid FSDP2 too)."""
     mesh = init_device_mesh(device_type(), (dist.get_world_size(),))

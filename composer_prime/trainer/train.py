@@ -21,7 +21,7 @@ from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
 from composer_prime.trainer.teacher import ema_update, needs_forward, teacher_targets
-from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
+from composer_prime.trainer.model import device_type, frozen_copy, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
@@ -133,12 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = box[0]
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
-
-    def initial_weights() -> torch.nn.Module:  # never trained, sharded like the policy
-        return shard(load_model(model_dir)).requires_grad_(False).eval()
-
-    ref_model = initial_weights() if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen" else None
-    ema = initial_weights() if cfg.loss.distill.teacher == "ema" else None  # then trails the policy, step by step
+    ref_model = frozen_copy(model_dir) if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen" else None
+    ema = frozen_copy(model_dir) if cfg.loss.distill.teacher == "ema" else None  # then trails the policy, step by step
     teacher_model = {"current": model, "frozen": ref_model, "ema": ema}[cfg.loss.distill.teacher]
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
