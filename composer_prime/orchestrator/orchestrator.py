@@ -132,7 +132,7 @@ class Orchestrator:
                 samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
                 advantages.append(a)
         extra = [r.to_sample(0.0, cfg.sampling.temperature, cfg.seq_len, rl=False) for r in distill_only if r.teachers]
-        samples += [s for s in extra if s.teachers]  # only those whose error turn survived the length cut
+        samples += [s for s in extra if s.channel_data.get("distill")]  # only those whose error turn survived the length cut
         rollouts = [r for rs in seen.values() for r in rs]
         info = {
             "reward": mean([r.reward for r in rollouts]),
@@ -149,10 +149,10 @@ class Orchestrator:
                      "distill/template_misses": dstats.template, "distill/unscored": dstats.unscored,
                      "distill/distill_only_samples": len(samples) - len(advantages),
                      "distill/hinted_frac": sum(bool(r.teachers) for r in rollouts) / max(1, len(rollouts)),
-                     "distill/tokens": sum(t.length for s in samples for t in s.teachers)}
+                     "distill/tokens": sum(t["length"] for s in samples for t in s.channel_data.get("distill", []))}
         for env in self.envs:
             info |= env_metrics(f"env/{env.cfg.id}", seen[env.cfg.id])
-        return Batch(step=step, samples=samples, metrics={"reward": info["reward"]}), info
+        return Batch(step=step, samples=samples), info
 
     def shaped(self, r) -> float:
         c = self.cfg

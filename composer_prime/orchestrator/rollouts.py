@@ -9,7 +9,7 @@ what the model sampled, so the trainer learns from model tokens only, at their s
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import verifiers.v1 as vf
 from transformers import PreTrainedTokenizerBase
@@ -19,7 +19,8 @@ from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.envs import messages, score
 from composer_prime.orchestrator.episode import TURN_SEED_STRIDE, Turn, converse, tool_metrics
 from composer_prime.orchestrator.error_sites import ErrorSite, detect, site_metrics
-from composer_prime.transports.batches.schema import Sample, Teacher
+from composer_prime.trainer.loss.distill import Teacher
+from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import continuation_ids, encode_chat
 
 
@@ -68,7 +69,7 @@ class Rollout:
             channel_weights=weights,
             temperature=temperature,
             policy_version=self.weight_version,
-            teachers=teachers,
+            channel_data={"distill": [asdict(t) for t in teachers]} if teachers else {},
         )
 
 

@@ -21,11 +21,31 @@ of the distribution is left alone (on-policy distillation, as in SDPO's sampled-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from composer_prime.config.models import DistillLossConfig
+
+
+@dataclass
+class Teacher:
+    """One error turn seen by the teacher, as the orchestrator ships it in
+    `Sample.channel_data["distill"]`: the student's context with a hint inserted, followed by the
+    turn's own token ids. Teacher position `start + j` holds the same token as student position
+    `student_start + j` for j < length (checked on arrival, so nothing is re-tokenised).
+
+    Without `top_ids` the trainer scores `input_ids` itself (no-grad forward); with them the
+    teacher distribution was computed elsewhere (the inference server's prefill): its top-k token
+    ids and log-probs at each of the `length` positions.
+    """
+
+    input_ids: list[int]
+    start: int
+    student_start: int
+    length: int
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
 def _log_mix(x: torch.Tensor, a: float) -> torch.Tensor:
