@@ -7,7 +7,7 @@ import torch
 from transformers import AutoTokenizer
 
 from composer_prime.config.models import LossConfig
-from composer_prime.orchestrator.episode import Turn, tool_message
+from composer_prime.env_runtime.turns import Turn, tool_message
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.trainer.data import collate
 from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss

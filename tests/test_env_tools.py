@@ -90,8 +90,8 @@ def inference(hf_inference):
 
 
 def test_eval_against_our_inference_server(inference, tmp_path, capsys):
-    from composer_prime.envs.hub.loading import load_env
-    from composer_prime.orchestrator.envs import score
+    from composer_prime.hub.loading import load_env
+    from composer_prime.env_runtime.tasksets import score
 
     out = tmp_path / "results.jsonl"
     assert cli("eval", "reverse-text", "--url", inference, "--model", "tiny", "-n", "6", "--max-tokens", "16",

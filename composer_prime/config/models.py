@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from composer_prime.config.hints import check_template
+
 
 # A list given as "a,b" on the command line or as a TOML array.
 CommaList = Annotated[list[str], BeforeValidator(lambda v: [x for x in v.split(",") if x] if isinstance(v, str) else v)]
@@ -123,8 +125,6 @@ class HintConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "HintConfig":
-        from composer_prime.orchestrator.hints import check_template  # the one template check, run at load time
-
         for kind, template in self.templates.items():
             check_template(kind, template)
         if "llm" in self.sources and not (self.llm_url and self.llm_model):

@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("model", help="build or locate a model; prints its local directory")
     m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")
     m.set_defaults(func=_model)
-    from composer_prime.envs.cli import add_parser as add_env_parser
+    from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)
     return p

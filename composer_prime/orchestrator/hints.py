@@ -14,14 +14,14 @@ import hashlib
 import inspect
 import json
 import logging
-import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Protocol
 
 import httpx
 
-from composer_prime.orchestrator.error_sites import ErrorSite, tool_names
+from composer_prime.config.hints import check_template
+from composer_prime.env_runtime.error_sites import ErrorSite, tool_names
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +47,7 @@ TEMPLATES = {
     "tool_error": "The tool answered with an error: {detail}. Fix the call and try again.",
     "format": "Your reply does not have the required format: {detail}.",
 }
-GENERIC = "This turn went wrong: {detail}. Fix it and try again."
-FIELDS = ("detail", "name", "tools", "example")
-
-
-def check_template(kind: str, template: str) -> None:
-    """Raise at configuration time what `str.format` would raise mid-rollout."""
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as e:
-        raise ValueError(f"hint template for {kind!r} is malformed: {e}") from None
-    for f in fields:
-        if f not in FIELDS:
-            raise ValueError(f"hint template for {kind!r} has unknown field {{{f}}}; fields: {', '.join(FIELDS)}")
+GENERIC = "This turn went wrong: {detail}. Fix it and try again."  # fields: config/hints.py
 
 
 def example_call(tools: list[dict], name: str | None = None) -> str:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import torch
 
-
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor = 1.0) -> torch.Tensor:
-    """log p(target) under softmax(logits / temperature); logits [B,T,V], targets [B,T]."""
-    logits = logits.float() / temperature
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+from composer_prime.model.logprobs import token_logprobs  # noqa: F401 - every channel's helper, re-exported for them
 
 
 def ce_loss(logprobs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import one_line_errors
+from composer_prime.hub.errors import one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.scaffold import scaffold
+    from composer_prime.hub.scaffold import scaffold
 
     root = scaffold(args.name, Path(args.dir), force=args.force)
     print(f"created {root}")

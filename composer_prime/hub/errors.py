@@ -22,7 +22,7 @@ class ToolError(Exception):
 
 
 def one_line_errors(func: Callable[..., int]) -> Callable[..., int]:
-    """Wrap a command's `func(args)`: ToolError (and SystemExit with a message) become `error: ...`."""
+    """Wrap a command's `func(args)`: a ToolError becomes one `error: ...` line."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> int:
@@ -31,12 +31,6 @@ def one_line_errors(func: Callable[..., int]) -> Callable[..., int]:
         except ToolError as e:
             print(f"error: {e}", file=sys.stderr)
             return e.code
-        except SystemExit as e:
-            # library loaders (e.g. orchestrator.envs.load_tasks) exit with a message string
-            if isinstance(e.code, str):
-                print(f"error: {e.code}", file=sys.stderr)
-                return BAD_INPUT
-            raise
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130

@@ -21,8 +21,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from composer_prime.envs.hub.errors import ToolError
-from composer_prime.envs.hub.files import collect_files, content_hash
+from composer_prime.hub.errors import ToolError
+from composer_prime.hub.files import collect_files, content_hash
 
 VERIFIERS_V1, VERIFIERS_V0 = "VERIFIERS_V1", "VERIFIERS_V0"
 MANIFEST = "hub-manifest.json"

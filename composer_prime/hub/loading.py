@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from composer_prime.envs.hub.errors import ToolError
+from composer_prime.hub.errors import ToolError
 
 
 def _add_package_dir(root: Path) -> str:
@@ -30,7 +30,7 @@ def _add_package_dir(root: Path) -> str:
 
 def load_env(env: str, args: dict[str, Any] | None = None, limit: int | None = None) -> tuple[str, list]:
     """(environment id, its first `limit` tasks); a one-line ToolError for anything a user got wrong."""
-    from composer_prime.orchestrator.envs import load_tasks
+    from composer_prime.env_runtime.tasksets import EnvError, load_tasks
 
     path = Path(env)
     if path.is_dir() and (path / "pyproject.toml").exists():
@@ -39,8 +39,8 @@ def load_env(env: str, args: dict[str, Any] | None = None, limit: int | None = N
         raise ToolError(f"{env} is neither an environment directory nor an id (name or owner/name[@version])")
     try:
         tasks = load_tasks(env, args or {})
-    except (ImportError, AttributeError, TypeError, ValueError) as e:
-        raise ToolError(f"cannot load environment {env!r}: {str(e).splitlines()[0]}") from None
+    except EnvError as e:
+        raise ToolError(str(e)) from None
     if not tasks:
         raise ToolError(f"environment {env!r} produced no tasks")
     return env, tasks[:limit] if limit else tasks

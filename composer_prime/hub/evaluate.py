@@ -1,8 +1,8 @@
 """Evaluate an environment against a running OpenAI-compatible server (ours or any other).
 
-Prompts, the conversation loop and scoring are the orchestrator's own (`orchestrator.envs`,
-`orchestrator.episode.converse`); only generation differs: turns come from
-`/v1/chat/completions` as messages instead of the token route as token ids.
+Prompts, the episode (tool session, conversation loop, scoring) are the environment runtime's,
+the same the orchestrator's rollouts run (`env_runtime.episode.run_episode`); only generation
+differs: turns come from `/v1/chat/completions` as messages instead of the token route as ids.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from composer_prime.envs.hub.errors import ToolError
-from composer_prime.orchestrator.envs import messages, score
-from composer_prime.orchestrator.episode import TURN_SEED_STRIDE, Turn, converse, tool_metrics
+from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
+from composer_prime.env_runtime.tasksets import messages
+from composer_prime.env_runtime.turns import Turn
+from composer_prime.hub.errors import ToolError
 
 
 def chat_url(url: str) -> str:
@@ -42,35 +43,36 @@ async def _chat(http: httpx.AsyncClient, url: str, payload: dict, sem: asyncio.S
         raise ToolError(f"{url} did not answer with an OpenAI chat completion: {r.text[:200]}") from None
 
 
+class ChatTurns:
+    """Turns sampled as chat messages; turn k of task i is seeded seed + i + k * stride."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, i: int, prompt: list[dict], model: str, sampling: dict,
+                 sem: asyncio.Semaphore) -> None:
+        self.http, self.url, self.i, self.model, self.sampling, self.sem = http, url, i, model, sampling, sem
+        self.history, self.usage, self.last = list(prompt), 0, {}
+
+    async def sample(self, k: int) -> Turn:
+        payload = {"model": self.model, "messages": self.history, **self.sampling,
+                   "seed": self.sampling["seed"] + self.i + k * TURN_SEED_STRIDE}
+        reply, finish, self.last = await _chat(self.http, self.url, payload, self.sem)
+        self.usage += (self.last.get("usage") or {}).get("completion_tokens", 0)
+        return Turn(reply, finish)
+
+    def add_tool_reply(self, turn: Turn, message: dict) -> None:
+        self.history.extend([{"role": "assistant", "content": turn.text}, message])
+
+
 async def _episode(http: httpx.AsyncClient, url: str, i: int, task, model: str, sampling: dict, max_turns: int,
                    sem: asyncio.Semaphore) -> dict:
     prompt = messages(task)
-    history, usage, last = list(prompt), 0, {}
-
-    async def sample(k: int) -> Turn:
-        nonlocal usage, last
-        payload = {"model": model, "messages": history, **sampling, "seed": sampling["seed"] + i + k * TURN_SEED_STRIDE}
-        reply, finish, last = await _chat(http, url, payload, sem)
-        usage += (last.get("usage") or {}).get("completion_tokens", 0)
-        return Turn(reply, finish)
-
-    def add_tool_reply(turn: Turn, message: dict) -> None:
-        history.extend([{"role": "assistant", "content": turn.text}, message])
-
-    session = await task.open_session() if hasattr(task, "open_session") else None
-    try:
-        turns = await converse(sample, add_tool_reply, session, max_turns)
-        reply = turns[-1].text if turns else ""
-        reward, metrics = await score(task, reply, session)
-    finally:
-        if session is not None:
-            await session.close()
-    return {"index": i, "task_id": task.data.id or task.data.name, "prompt": prompt, "reply": reply,
-            "reward": reward, "metrics": metrics | (tool_metrics(turns) if session else {}),
-            "finish_reason": turns[-1].finish_reason if turns else "",
+    chat = ChatTurns(http, url, i, prompt, model, sampling, sem)
+    ep = await run_episode(task, chat, max_turns)
+    return {"index": i, "task_id": task.data.id or task.data.name, "prompt": prompt, "reply": ep.reply,
+            "reward": ep.reward, "metrics": ep.metrics,
+            "finish_reason": ep.turns[-1].finish_reason if ep.turns else "",
             "turns": [{"reply": t.text, "tool_call": t.call.name if t.call else None, "tool_result": t.result}
-                      for t in turns] if session else None,
-            "completion_tokens": usage, "weight_version": last.get("weight_version")}
+                      for t in ep.turns] if ep.multi_turn else None,
+            "completion_tokens": chat.usage, "weight_version": chat.last.get("weight_version")}
 
 
 async def evaluate(tasks: list, url: str, model: str, max_tokens: int = 64, temperature: float = 0.0,

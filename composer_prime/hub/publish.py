@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from composer_prime.envs.hub.artifact import Artifact
-from composer_prime.envs.hub.errors import REFUSED, ToolError
-from composer_prime.envs.hub.protocol import HubClient
+from composer_prime.hub.artifact import Artifact
+from composer_prime.hub.errors import REFUSED, ToolError
+from composer_prime.hub.protocol import HubClient
 
 
 @dataclass

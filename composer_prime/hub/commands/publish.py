@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import one_line_errors
+from composer_prime.hub.errors import one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.artifact import build
-    from composer_prime.envs.hub.protocol import HubClient
-    from composer_prime.envs.hub.publish import describe, push
+    from composer_prime.hub.artifact import build
+    from composer_prime.hub.protocol import HubClient
+    from composer_prime.hub.publish import describe, push
 
     with HubClient() as client:
         if args.yes:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import verifiers.v1 as vf
 
-from composer_prime.orchestrator.envs import score
+from composer_prime.env_runtime.episode import open_session
+from composer_prime.env_runtime.tasksets import score
 
 SOLVED = 1.0  # vf-validate's bar: an untouched task reaching it "passes untouched"
 
@@ -64,7 +65,7 @@ async def _gold_by_hook(task: vf.Task) -> bool | None:
 async def _score(task: vf.Task, reply: str) -> float:
     """The orchestrator's scoring of a final reply; a task with tools gets a fresh session, as a
     rollout would, so rewards that read the session run."""
-    session = await task.open_session() if hasattr(task, "open_session") else None
+    session = await open_session(task)
     try:
         return (await score(task, reply, session))[0]
     finally:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from composer_prime.envs.hub.errors import REFUSED, one_line_errors
+from composer_prime.hub.errors import REFUSED, one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.loading import load_env, taskset_args
-    from composer_prime.envs.hub.validate import check_task, summary, table
+    from composer_prime.hub.loading import load_env, taskset_args
+    from composer_prime.hub.validate import check_task, summary, table
 
     env, tasks = load_env(args.env, taskset_args(args.args), args.num_tasks or None)
 

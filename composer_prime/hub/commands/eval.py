@@ -9,13 +9,13 @@ import os
 import time
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import ToolError, one_line_errors
+from composer_prime.hub.errors import ToolError, one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.evaluate import evaluate, write_rows
-    from composer_prime.envs.hub.loading import load_env, taskset_args
+    from composer_prime.hub.evaluate import evaluate, write_rows
+    from composer_prime.hub.loading import load_env, taskset_args
 
     if args.num_tasks < 1:
         raise ToolError("-n must be at least 1")

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from composer_prime.envs.hub.errors import REFUSED, ToolError
+from composer_prime.hub.errors import REFUSED, ToolError
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
 REF = re.compile(r"^(?P<owner>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)(@(?P<version>[\w.+!-]+))?$")

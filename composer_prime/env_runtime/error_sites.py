@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from composer_prime.orchestrator.episode import Turn
+from composer_prime.env_runtime.turns import Turn
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import one_line_errors
+from composer_prime.hub.errors import one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.artifact import MANIFEST, build
+    from composer_prime.hub.artifact import MANIFEST, build
 
     art = build(Path(args.path), Path(args.out) if args.out else None)
     print(f"environment    {art.name} {art.version}  ({art.runtime_hint or 'unclassified'})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import ToolError
+from composer_prime.hub.errors import ToolError
 
 NAME = re.compile(r"^[a-z][a-z0-9]*([-_][a-z0-9]+)*$")
 

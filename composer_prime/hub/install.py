@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from composer_prime.envs.hub.artifact import sha256_file
-from composer_prime.envs.hub.errors import BAD_INPUT, REFUSED, ToolError
-from composer_prime.envs.hub.protocol import EnvRef, HubClient
+from composer_prime.hub.artifact import sha256_file
+from composer_prime.hub.errors import BAD_INPUT, REFUSED, ToolError
+from composer_prime.hub.protocol import EnvRef, HubClient
 
 
 @dataclass

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from composer_prime.envs.hub.errors import one_line_errors
+from composer_prime.hub.errors import one_line_errors
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from composer_prime.envs.hub.install import install
-    from composer_prime.envs.hub.protocol import HubClient, parse_ref
+    from composer_prime.hub.install import install
+    from composer_prime.hub.protocol import HubClient, parse_ref
 
     ref = parse_ref(args.env)
     with HubClient() as client:
