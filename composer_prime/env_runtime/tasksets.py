@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from verifiers.v1.utils.generic import concrete_type
 from verifiers.v1.utils.loaders import taskset_class
 
+from composer_prime.config.models import OrchestratorConfig
+
 INSTALL_HINT = ("install its package with `uv pip install <directory, wheel or name>` from anywhere "
                 "(e.g. `uv pip install -e environments/{name}`), or from the hub with `composer-prime env install owner/{name}`")
 
@@ -50,17 +52,22 @@ def _args_text(args: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items()) or "no args"
 
 
-def taskset_config(taskset_id: str, args: dict[str, Any]) -> tuple[type[vf.Taskset], vf.TasksetConfig]:
-    """The Taskset class of an installed environment and its validated config; builds no task."""
+def taskset_class_of(taskset_id: str) -> type[vf.Taskset]:
+    """The Taskset class an installed environment exports."""
     try:
-        cls = taskset_class(taskset_id)
+        return taskset_class(taskset_id)
     except ModuleNotFoundError as e:
         missing = getattr(e.__cause__, "name", None) or ""
         if missing and missing.split(".")[0] != _module(taskset_id):  # the package is there; one of its imports is not
-            raise EnvError(f"environment '{taskset_id}' is installed but imports '{missing}', which is not") from None
+            raise EnvError(f"environment '{taskset_id}' imports '{missing}', which is not installed") from None
         raise EnvError(f"environment '{taskset_id}' is not installed: {INSTALL_HINT.format(name=_module(taskset_id).replace('_', '-'))}") from None
     except Exception as e:  # noqa: BLE001 - the environment's own import-time code or packaging
         raise EnvError(f"environment '{taskset_id}' failed to import: {_describe(e)}") from None
+
+
+def taskset_config(taskset_id: str, args: dict[str, Any]) -> tuple[type[vf.Taskset], vf.TasksetConfig]:
+    """The Taskset class of an installed environment and its validated config; builds no task."""
+    cls = taskset_class_of(taskset_id)
     config_cls = concrete_type(cls, vf.TasksetConfig, origin=vf.Taskset) or vf.TasksetConfig
     try:
         return cls, config_cls.model_validate({"id": taskset_id, **args})
@@ -71,9 +78,17 @@ def taskset_config(taskset_id: str, args: dict[str, Any]) -> tuple[type[vf.Tasks
         raise EnvError(f"environment '{taskset_id}' ({_args_text(args)}): {_describe(e)}") from None
 
 
-def check_env(taskset_id: str, args: dict[str, Any]) -> None:
-    """Raise EnvError unless the environment is installed and `args` validate (cheap: no task is built)."""
-    taskset_config(taskset_id, args)
+def check_envs(cfg: OrchestratorConfig) -> None:
+    """Raise EnvError unless every environment is installed and its train and held-out args
+    validate; cheap: no task is built (`rl --dry-run` calls it)."""
+    for i, env in enumerate(cfg.envs):
+        where = f"orchestrator.envs[{i}]"
+        try:
+            taskset_class_of(env.id)
+            for where, args in ((f"{where}.args", env.args), (f"{where}.eval_args", env.eval_args)):
+                taskset_config(env.id, args)
+        except EnvError as e:
+            raise EnvError(f"{where}: {e}") from None
 
 
 def load_tasks(taskset_id: str, args: dict[str, Any]) -> list[vf.Task]:

@@ -41,12 +41,16 @@ TASKSET = '''\
 """{dash}: repeat a few words in upper case (the scaffold's example; replace it with your task).
 
 The reference reply lives in the TaskData `answer` field: `composer-prime env validate` scores
-it as the reply (it must reach 1.0) and checks that an empty reply scores below it.
+it as the reply (it must reach 1.0) and checks that an empty reply scores below it. `split`
+"train" and "eval" are disjoint: `rl` trains on the first and reports held-out reward on the
+second (it passes `split = "eval"` for the held-out set, see `orchestrator.envs[].eval_args`).
 """
 
 from __future__ import annotations
 
 import random
+import zlib
+from typing import Literal
 
 import verifiers.v1 as vf
 
@@ -62,6 +66,11 @@ def word_accuracy(reply: str, answer: str) -> float:
     return sum(g == w for g, w in zip(got, want)) / max(len(got), len(want))
 
 
+def split_of(prompt: str) -> str:
+    """A prompt's split, fixed by its content: one in five is held out."""
+    return "eval" if zlib.crc32(prompt.encode()) % 5 == 0 else "train"
+
+
 class {cls}Data(vf.TaskData):
     answer: str
 
@@ -74,6 +83,7 @@ class {cls}Task(vf.Task[{cls}Data]):
 
 class {cls}Config(vf.TasksetConfig):
     num_tasks: int = 100
+    split: Literal["train", "eval"] = "train"
     seed: int = 0
 
 
@@ -81,9 +91,12 @@ class {cls}Taskset(vf.Taskset[{cls}Task, {cls}Config]):
     def load(self) -> list[{cls}Task]:
         rng = random.Random(self.config.seed)
         tasks = []
-        for i in range(self.config.num_tasks):
+        while len(tasks) < self.config.num_tasks:
             words = rng.sample(WORDS, rng.randint(2, 4))
-            data = {cls}Data(id=f"{{i}}", prompt=" ".join(words), system_prompt=SYSTEM_PROMPT,
+            prompt = " ".join(words)
+            if split_of(prompt) != self.config.split:
+                continue
+            data = {cls}Data(id=f"{{len(tasks)}}", prompt=prompt, system_prompt=SYSTEM_PROMPT,
                             answer=" ".join(w.upper() for w in words))
             tasks.append({cls}Task(data, self.config.task))
         return tasks
@@ -111,6 +124,11 @@ def test_gold_scores_one_and_empty_scores_zero():
     assert _score(task, task.data.answer) == 1.0
     assert _score(task, "") == 0.0
     assert word_accuracy("APPLE x", "APPLE RIVER") == 0.5
+
+
+def test_the_splits_are_disjoint():
+    train, held_out = ({{t.data.prompt for t in {cls}Taskset({cls}Config(num_tasks=50, split=s))}} for s in ("train", "eval"))
+    assert train and held_out and not train & held_out
 '''
 
 README = """\
@@ -120,10 +138,12 @@ A verifiers v1 environment scaffolded by `composer-prime env init`.
 
 - `{pkg}/taskset.py`: the Task (its `@vf.reward`), the TaskData (with the reference `answer`)
   and the Taskset (`load` builds the tasks).
-- `tests/`: a unit test of the reward.
+- `tests/`: unit tests of the reward and the splits.
 
 ```bash
 uv run composer-prime env validate {path}     # gold answer scores 1.0, an empty reply below it
+uv pip install -e {path}                      # make it importable by id, then train on it:
+uv run rl @ configs/quickstart.toml --orchestrator.envs '[{{id = "{dash}"}}]'
 uv run composer-prime env build {path}        # wheel + source archive + content hash
 uv run composer-prime env publish {path}      # dry run; --yes pushes to the hub
 ```
