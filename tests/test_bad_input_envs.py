@@ -42,7 +42,8 @@ ROWS = {
         ["cli", "env", "validate", "nonexistent-env"], ["'nonexistent-env' is not installed", "uv pip install"]),
     "env validate: the environment's own assertion": (
         ["cli", "env", "validate", "asserting-env", "--args", '{"num_tasks": 5000}'],
-        ["'asserting-env'", "num_tasks=5000", "AssertionError: num_tasks must be at most 1000", "asserting_env/taskset.py:"]),
+        ["'asserting-env'", "num_tasks=5000", "AssertionError: num_tasks must be at most 1000",
+         "asserting_env/taskset.py:"]),
     "orchestrator: the environment's own assertion": (
         ["orchestrator", "--envs", '[{id="asserting-env", args={num_tasks=5000}}]'],
         ["'asserting-env'", "num_tasks=5000", "AssertionError: num_tasks must be at most 1000"]),

@@ -33,7 +33,8 @@ def scripted(o: Orchestrator, replies: list[str]) -> Rollout:
 def test_distill_step_adds_its_channel_to_batch_samples_and_flat_rollouts(tiny_model_dir):
     o = orchestrator(tiny_model_dir, distill={"enabled": True})
     assert list(o.steps) == ["distill"]
-    erring, clean, flat = scripted(o, [WRONG, RIGHT, FORMAT]), scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, FORMAT])
+    erring, clean = scripted(o, [WRONG, RIGHT, FORMAT]), scripted(o, [RIGHT, "1660"])
+    flat = scripted(o, [WRONG, RIGHT, FORMAT])
     assert (len(erring.sites), len(clean.sites), erring.reward, clean.reward) == (2, 0, 0.0, 1.0)
     c = Collected(groups=[([erring, clean], [0.0, 1.0])], flat=[flat], seen={"tool-calc": [erring, clean, flat]})
     batch, info = asyncio.run(o.build(0, c))

@@ -23,7 +23,8 @@ from verifiers.v1.utils.loaders import taskset_class
 from composer_prime.config.models import OrchestratorConfig
 
 INSTALL_HINT = ("install its package with `uv pip install <directory, wheel or name>` from anywhere "
-                "(e.g. `uv pip install -e environments/{name}`), or from the hub with `composer-prime env install owner/{name}`")
+                "(e.g. `uv pip install -e environments/{name}`), "
+                "or from the hub with `composer-prime env install owner/{name}`")
 
 
 class EnvError(Exception):
@@ -60,7 +61,8 @@ def taskset_class_of(taskset_id: str) -> type[vf.Taskset]:
         missing = getattr(e.__cause__, "name", None) or ""
         if missing and missing.split(".")[0] != _module(taskset_id):  # the package is there; one of its imports is not
             raise EnvError(f"environment '{taskset_id}' imports '{missing}', which is not installed") from None
-        raise EnvError(f"environment '{taskset_id}' is not installed: {INSTALL_HINT.format(name=_module(taskset_id).replace('_', '-'))}") from None
+        hint = INSTALL_HINT.format(name=_module(taskset_id).replace("_", "-"))
+        raise EnvError(f"environment '{taskset_id}' is not installed: {hint}") from None
     except Exception as e:  # noqa: BLE001 - the environment's own import-time code or packaging
         raise EnvError(f"environment '{taskset_id}' failed to import: {_describe(e)}") from None
 

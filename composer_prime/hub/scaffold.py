@@ -127,7 +127,8 @@ def test_gold_scores_one_and_empty_scores_zero():
 
 
 def test_the_splits_are_disjoint():
-    train, held_out = ({{t.data.prompt for t in {cls}Taskset({cls}Config(num_tasks=50, split=s))}} for s in ("train", "eval"))
+    train, held_out = ({{t.data.prompt for t in {cls}Taskset({cls}Config(num_tasks=50, split=split))}}
+                       for split in ("train", "eval"))
     assert train and held_out and not train & held_out
 '''
 

@@ -73,7 +73,8 @@ class TokenTurns:
 
     def __init__(self, r: Rollout, client: InferenceClient, tok: PreTrainedTokenizerBase, sampling: SamplingConfig,
                  seq_len: int, seed: int, sem: asyncio.Semaphore) -> None:
-        self.r, self.client, self.tok, self.sampling, self.seq_len, self.seed, self.sem = r, client, tok, sampling, seq_len, seed, sem
+        self.r, self.client, self.tok, self.sampling = r, client, tok, sampling
+        self.seq_len, self.seed, self.sem = seq_len, seed, sem
         self.history = list(r.opening)
 
     async def sample(self, k: int) -> Turn | None:
