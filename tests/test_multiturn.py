@@ -136,4 +136,4 @@ def test_error_turns_become_hinted_teachers_over_the_same_tokens(tok, task):
     assert on == [i for t in r.teachers for i in range(t.student_start, t.student_start + t.length)]
     assert sum(sample.channel_weights["rl"]) == 0  # a distill-only sample
     # cut inside the last error turn: that teacher is dropped, the first stays
-    assert len(r.to_sample(0.0, 1.0, r.teachers[1].student_start + 2).teachers) == 1
+    assert len(r.to_sample(0.0, 1.0, r.teachers[1].student_start + 2).channel_data["distill"]) == 1

@@ -20,10 +20,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from composer_prime.config import SFTConfig, load_or_exit
 from composer_prime.config.models import LossConfig
 from composer_prime.model.resolve import resolve_model
-from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
+from composer_prime.trainer.loss import Counts, LossInputs, Objective, token_logprobs
 from composer_prime.utils.chat import encode_chat
 
-CE_ONLY = LossConfig(weights={"ce": 1.0})
+CE_ONLY = Objective(LossConfig(weights={"ce": 1.0}))
 
 
 def sft_step(model, optim, ids: torch.Tensor, answer_mask: torch.Tensor) -> float:
@@ -31,8 +31,8 @@ def sft_step(model, optim, ids: torch.Tensor, answer_mask: torch.Tensor) -> floa
     lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
     w = answer_mask[:, 1:]
     zeros = torch.zeros_like(lp)
-    loss, _ = total_loss(LossInputs(lp, lp.detach(), zeros, zeros), {"ce": w},
-                         Counts({"ce": int(w.sum())}, {"ce": ids.shape[0]}), CE_ONLY)
+    loss, _ = CE_ONLY.loss(LossInputs(lp, lp.detach(), zeros, zeros), {"ce": w},
+                           Counts({"ce": int(w.sum())}, {"ce": ids.shape[0]}))
     optim.zero_grad()
     loss.backward()
     optim.step()
