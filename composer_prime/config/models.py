@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
+
+from composer_prime.utils import plugins
 
 from composer_prime.config.hints import check_template
 
@@ -136,7 +139,7 @@ class DistillConfig(Strict):
     """Hint self-distillation at error turns: find error sites, hint them, ship teacher contexts."""
 
     enabled: bool = False
-    teacher: Literal["trainer", "inference"] = "trainer"  # who scores the teacher context (trainer/teacher.py says why)
+    teacher: Literal["trainer", "inference"] = "trainer"  # who scores the teacher context (trainer/loss/distill_teacher.py says why)
     top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
     max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
     flat_groups: bool = True  # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
@@ -191,45 +194,43 @@ class OptimConfig(Strict):
     max_norm: float = 1.0
 
 
-class RLLossConfig(Strict):
-    """The `rl` channel; formulas in trainer/loss/rl.py and docs/algorithms.md."""
-
-    eps_low: float = 0.2
-    eps_high: float = 0.28  # DAPO clip-higher
-    norm: Literal["token", "sequence", "constant"] = "token"  # DAPO token mean | GRPO sequence mean | Dr.GRPO constant
-    norm_constant: int = Field(128, ge=1)  # tokens per sequence for norm = "constant" (the generation budget)
-    off_policy: Literal["tis", "mask", "none"] = "tis"  # correction against the sampler's log-probs
-    is_cap: float = 2.0  # tis: min(pi_old/mu, is_cap), detached
-    mask_low: float = 0.5  # mask: keep tokens with mask_low <= pi_old/mu <= mask_high
-    mask_high: float = 2.0
-    two_sided_delta: float | None = None  # INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); off by default
-    kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
-
-
-class DistillLossConfig(Strict):
-    """The `distill` channel (hint self-distillation); formulas in trainer/loss/distill.py."""
-
-    # "jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the
-    # reverse KL at the token the student wrote, log p_S - log p_T acting as a per-token
-    # advantage (on-policy distillation; needs the trainer's teacher forward)
-    estimator: Literal["jsd", "sampled"] = "jsd"
-    beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
-    temperature: float = Field(1.0, gt=0.0)
-    top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
-    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
-    # the policy being trained, the initial weights, or a slow average of the policy (SDPO's
-    # regularised teacher: it does not follow the student into a collapse within a few steps)
-    teacher: Literal["current", "frozen", "ema"] = "current"
-    ema_rate: float = Field(0.05, gt=0.0, le=1.0)  # "ema": teacher += rate * (policy - teacher) after each step
-    # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
-    # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
-    scope: Literal["turn", "first_miss"] = "turn"
+LOSS_CHANNELS = "composer_prime.loss_channels"  # the entry-point group loss channels register in
 
 
 class LossConfig(Strict):
-    rl: RLLossConfig = Field(default_factory=RLLossConfig)
-    distill: DistillLossConfig = Field(default_factory=DistillLossConfig)
-    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})
+    """The trainer's objective: a weight per channel, and each channel's own section
+    (`trainer.loss.<channel>`), validated by the `Config` that the channel's module declares."""
+
+    model_config = ConfigDict(extra="allow")  # the channel sections, checked below
+    _classes: dict[str, type] = PrivateAttr(default_factory=dict)
+    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})  # scale per channel (1 if unset)
+    plugins: list[str] = Field(default_factory=list)  # channels outside the package, "module:Class"
+
+    @model_validator(mode="after")
+    def _sections(self) -> "LossConfig":
+        try:
+            classes = plugins.load(LOSS_CHANNELS, self.plugins)
+        except ValueError as e:
+            raise ValueError(f"plugins: {e}") from None
+        extra = self.__pydantic_extra__
+        for name in [*extra, *self.weights]:
+            if name not in classes:
+                raise ValueError(f"unknown loss channel '{name}' (known: {', '.join(sorted(classes))})")
+        for name, cls in classes.items():
+            try:
+                extra[name] = cls.Config.model_validate(extra.get(name, {}))
+            except ValidationError as e:  # re-raised with the channel's name in each location
+                raise ValidationError.from_exception_data(type(self).__name__, [
+                    InitErrorDetails(type=x["type"], loc=(name, *x["loc"]), input=x["input"], ctx=x.get("ctx", {}))
+                    for x in e.errors()]) from None
+        self._classes = classes
+        return self
+
+    def channel_classes(self) -> dict[str, type]:
+        return self._classes
+
+    def section(self, name: str) -> BaseModel:
+        return self.__pydantic_extra__[name]
 
 
 class CheckpointConfig(Strict):
@@ -306,12 +307,9 @@ class RLConfig(Shared):
         trainer_section.setdefault("inference_urls", [url])
         orch = validate(OrchestratorConfig, orch_section, provenance, ("orchestrator",))
         trainer = validate(TrainerConfig, trainer_section, provenance, ("trainer",))
-        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.estimator == "sampled":
-            raise ConfigError("trainer.loss.distill.estimator: \"sampled\" needs the teacher's log-prob of every "
-                              "written token; the inference teacher returns only its top-k (use "
-                              "orchestrator.distill.teacher = \"trainer\")")
-        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.teacher != "current":
-            raise ConfigError(f"trainer.loss.distill.teacher: \"{trainer.loss.distill.teacher}\" weights live in the "
-                              "trainer; the inference teacher scores with the served policy (use "
-                              "orchestrator.distill.teacher = \"trainer\")")
+        for name, cls in trainer.loss.channel_classes().items():  # each channel's own checks against the orchestrator
+            try:
+                cls.check_run(trainer.loss.section(name), orch)
+            except ValueError as e:
+                raise ConfigError(f"trainer.loss.{name}.{e}") from None
         return inf, orch, trainer

@@ -10,10 +10,11 @@ micro-batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from composer_prime.transports.batches.schema import Sample, Teacher
+from composer_prime.transports.batches.schema import Sample
 
 
 @dataclass
@@ -23,8 +24,7 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, T-1]
     temperature: torch.Tensor  # [B, 1]
     channel_weights: dict[str, torch.Tensor]  # each [B, T-1]
-    aux: dict[str, torch.Tensor]  # each [B, T-1]: per-token extras (e.g. reference log-probs)
-    teachers: list[tuple[int, Teacher]]  # (row, teacher view of one of its error turns)
+    channel_data: dict[str, list[tuple[int, Any]]]  # per channel: (row, that sample's channel_data) where present
 
     @property
     def num_tokens(self) -> int:
@@ -75,7 +75,5 @@ def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBat
             c: shifted(pad([s.channel_weights.get(c, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
             for c in channels
         },
-        aux={k: shifted(pad([s.aux.get(k, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
-             for k in sorted({k for s in samples for k in s.aux})},
-        teachers=[(i, t) for i, s in enumerate(samples) for t in s.teachers],
+        channel_data={c: [(i, s.channel_data[c]) for i, s in enumerate(samples) if c in s.channel_data] for c in channels},
     )

@@ -1,4 +1,4 @@
-"""`uv run sft @ sft.toml`: supervised fine-tuning with the trainer's `ce` channel.
+"""`uv run sft @ sft.toml`: supervised fine-tuning by answer-only cross-entropy.
 
 Data: a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`; the loss is on the
 last assistant message only (the prompt is context). One process, no FSDP: SFT here is the

@@ -17,17 +17,43 @@ and stops pulling back; the average lags by about 1/rate steps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from composer_prime.trainer.data import MicroBatch
-from composer_prime.trainer.loss import TeacherTargets
-from composer_prime.transports.batches.schema import Batch
+
+@dataclass
+class Teacher:
+    """One error turn seen by the teacher, as the orchestrator ships it in
+    `Sample.channel_data["distill"]`: the student's context with a hint inserted, followed by the
+    turn's own token ids. Teacher position `start + j` holds the same token as student position
+    `student_start + j` for j < length (checked on arrival, so nothing is re-tokenised).
+
+    Without `top_ids` the trainer scores `input_ids` itself (no-grad forward); with them the
+    teacher distribution was computed elsewhere (the inference server's prefill): its top-k token
+    ids and log-probs at each of the `length` positions.
+    """
+
+    input_ids: list[int]
+    start: int
+    student_start: int
+    length: int
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
-def needs_forward(batch: Batch) -> bool:
-    """Whether any teacher in the whole batch must be scored here. The same on every rank, so
-    every rank runs the same number of (FSDP-collective) teacher forwards."""
-    return any(not t.top_ids for s in batch.samples for t in s.teachers)
+@dataclass
+class TeacherTargets:
+    """The teacher's distributions at the distill tokens of one micro-batch: student position
+    (rows[i], cols[i]) in the shifted [B, T-1] layout is matched to `scores[i]`, logits over the
+    vocabulary, or over `support[i]` (token ids) when the teacher gave only its top-k."""
+
+    rows: torch.Tensor  # [N]
+    cols: torch.Tensor  # [N]
+    scores: torch.Tensor  # [N, V] or [N, k]
+    tokens: torch.Tensor  # [N] the token the student sampled there
+    segments: torch.Tensor  # [N] which error turn (teacher) each position belongs to, contiguous
+    support: torch.Tensor | None = None  # [N, k]
 
 
 @torch.no_grad()
@@ -41,10 +67,10 @@ def ema_update(teacher: torch.nn.Module, policy: torch.nn.Module, rate: float) -
         t.lerp_(p, rate)
 
 
-def _same_context(mb: MicroBatch, row: int, t) -> bool:
+def _same_context(input_ids: torch.Tensor, row: int, t: Teacher) -> bool:
     """An empty hint: the teacher sees exactly what the student saw, so its logits are the
     student's (reused, which makes the divergence exactly 0 rather than float noise)."""
-    return t.start == t.student_start and t.input_ids[: t.start + t.length] == mb.input_ids[row, : t.start + t.length].tolist()
+    return t.start == t.student_start and t.input_ids[: t.start + t.length] == input_ids[row, : t.start + t.length].tolist()
 
 
 @torch.no_grad()
@@ -59,11 +85,11 @@ def _forward(model, seqs: list[list[int]], pad_id: int, first: int) -> torch.Ten
     return model(input_ids=ids, logits_to_keep=width - first).logits
 
 
-def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id: int, forward: bool,
-                    teacher_is_student: bool) -> TeacherTargets | None:
-    """Teacher scores aligned to the student's distill tokens. `forward`: this step scores teachers
-    here (a filler forward runs when this rank has none, to keep FSDP's collectives in step)."""
-    items = mb.teachers
+def teacher_targets(model, input_ids: torch.Tensor, items: list[tuple[int, Teacher]], student_logits: torch.Tensor,
+                    pad_id: int, forward: bool, teacher_is_student: bool) -> TeacherTargets | None:
+    """Teacher scores aligned to the student's distill tokens: `items` are (row, teacher view) of
+    the micro-batch `input_ids`. `forward`: this step scores teachers here (a filler forward runs
+    when this rank has none, to keep FSDP's collectives in step)."""
     precomputed = [bool(t.top_ids) for _, t in items]
     if any(precomputed) and not all(precomputed):
         raise ValueError("a batch mixes inference-scored and trainer-scored teachers")
@@ -73,11 +99,11 @@ def teacher_targets(model, mb: MicroBatch, student_logits: torch.Tensor, pad_id:
         cols += range(t.student_start - 1, t.student_start - 1 + t.length)  # shifted: column c predicts token c + 1
         segments += [i] * t.length
     where = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))
-    tokens = mb.input_ids[where[0], where[1] + 1] if items else None
+    tokens = input_ids[where[0], where[1] + 1] if items else None
     if items and all(precomputed):
         return TeacherTargets(*where, torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32),
                               tokens, torch.tensor(segments), torch.tensor([ids for _, t in items for ids in t.top_ids]))
-    reuse = [teacher_is_student and _same_context(mb, row, t) for row, t in items]
+    reuse = [teacher_is_student and _same_context(input_ids, row, t) for row, t in items]
     todo = [t for (_, t), r in zip(items, reuse) if not r]
     first = min((t.start - 1 for t in todo), default=0)  # the earliest position any teacher needs
     logits = _forward(model, [t.input_ids[: t.start + t.length] for t in todo] or [[pad_id, pad_id]], pad_id, first) if forward else None
