@@ -5,10 +5,10 @@ seam; the tokenizer, environment, tool sessions, hints and teacher views are the
 import asyncio
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from composer_prime.config import OrchestratorConfig
-from composer_prime.orchestrator import steps
-from composer_prime.orchestrator.batch import BatchContext
+from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.orchestrator import Collected, Orchestrator
 from composer_prime.orchestrator.rollouts import Rollout, rollout
 from composer_prime.transports.batches.schema import Sample
@@ -63,25 +63,34 @@ def test_an_empty_batch_records_why(tiny_model_dir):
     assert len(batch.samples) == 2 and (info["empty_batch"], info["truncated"]) == (1, 2)
 
 
-class PairStep:
-    """A stand-in for the next channel (dpo from trace replay): adds a whole sample with its weights and data."""
+class PairConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pairs: int = 1
 
-    def __init__(self) -> None:
-        self.closed = False
+
+class PairStep(Step):
+    """A stand-in for the next channel (dpo from trace replay), defined outside the package:
+    adds whole samples with its own weights and data, configured by its own section."""
+
+    name = "pairs"
+    Config = PairConfig
 
     async def __call__(self, batch: BatchContext) -> dict[str, float]:
-        ids = [1, 2, 3, 4]
-        batch.add(Sample(ids, [0.0] * 4, [0.0] * 4, {"dpo": [0.0, 0.0, 1.0, 1.0]}, channel_data={"dpo": {"pair": 7}}))
-        return {"pairs": 1}
-
-    async def close(self) -> None:
-        self.closed = True
+        for k in range(self.section.pairs):
+            batch.add(Sample([1, 2, 3, 4], [0.0] * 4, [0.0] * 4, {"dpo": [0.0, 0.0, 1.0, 1.0]},
+                             channel_data={"dpo": {"pair": k}}))
+        return {"added": self.section.pairs}
 
 
-def test_a_registered_step_adds_whole_samples_and_its_metrics(tiny_model_dir, monkeypatch):
-    monkeypatch.setitem(steps.STEPS, "dpo", lambda cfg, tok, client: PairStep())
-    o = orchestrator(tiny_model_dir)
+def test_a_step_from_outside_the_package_adds_whole_samples_and_its_metrics(tiny_model_dir):
+    o = orchestrator(tiny_model_dir, plugins=["tests.test_batch_steps:PairStep"], pairs={"pairs": 2})
+    assert list(o.steps) == ["pairs"]  # distill is registered too, and off
     r = scripted(o, [RIGHT, "1660"])
     batch, info = asyncio.run(o.build(0, Collected(groups=[([r, r], [1.0, 0.0])], seen={"tool-calc": [r, r]})))
-    assert [sorted(s.channel_weights) for s in batch.samples] == [["rl"], ["rl"], ["dpo"]]
-    assert batch.samples[2].channel_data == {"dpo": {"pair": 7}} and info["dpo/pairs"] == 1
+    assert [sorted(s.channel_weights) for s in batch.samples] == [["rl"], ["rl"], ["dpo"], ["dpo"]]
+    assert [s.channel_data for s in batch.samples[2:]] == [{"dpo": {"pair": 0}}, {"dpo": {"pair": 1}}]
+    assert info["pairs/added"] == 2
+    with pytest.raises(ValueError, match="pairs.pairs"):  # its section is checked by its own Config
+        orchestrator(tiny_model_dir, plugins=["tests.test_batch_steps:PairStep"], pairs={"pairs": "two"})
+    with pytest.raises(ValueError, match="pair\n  Extra inputs are not permitted"):  # a key no step claims
+        orchestrator(tiny_model_dir, pair={"pairs": 2})

@@ -10,9 +10,9 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from composer_prime.config.models import DistillConfig, SamplingConfig
+from composer_prime.config.models import SamplingConfig
 from composer_prime.orchestrator.client import Completion
-from composer_prime.orchestrator.distill import Distiller, DistillStats, distill_only, with_teachers
+from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats, distill_only, with_teachers
 from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.orchestrator.rollouts import rollout

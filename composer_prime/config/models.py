@@ -6,14 +6,13 @@ Every model forbids unknown keys, so a typo is an error, not a silently ignored 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Iterable, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
 from composer_prime.utils import plugins
 
-from composer_prime.config.hints import check_template
 
 
 # A list given as "a,b" on the command line or as a TOML array.
@@ -115,38 +114,52 @@ class EvalConfig(Strict):
     num_tasks: int = 64
 
 
-class HintConfig(Strict):
-    """Where hints come from, tried in order until one answers (orchestrator/hints.py)."""
+class Sections(Strict):
+    """A model whose extra keys are plug-ins' own sections: the plug-ins are the entry points of
+    `GROUP` plus the "module:Class" refs in `plugins`; each section is validated by the `Config`
+    its class declares (and defaults when absent). Any other extra key is an unknown key."""
 
-    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1)
-    templates: dict[str, str] = Field(default_factory=dict)  # per error kind, overriding the built-in ones
-    llm_url: str | None = None  # any OpenAI-compatible server (our own inference server too)
-    llm_model: str | None = None
-    llm_timeout_s: float = Field(10.0, gt=0)
-    cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
-    role: str = "user"  # the chat role of the inserted hint message
+    model_config = ConfigDict(extra="allow")
+    GROUP: ClassVar[str]
+    KIND: ClassVar[str]  # what a plug-in is called in errors
+    _classes: dict[str, type] = PrivateAttr(default_factory=dict)
+    plugins: list[str] = Field(default_factory=list)  # plug-ins outside the package, "module:Class"
 
-    @model_validator(mode="after")
-    def _check(self) -> "HintConfig":
-        for kind, template in self.templates.items():
-            check_template(kind, template)
-        if "llm" in self.sources and not (self.llm_url and self.llm_model):
-            raise ValueError("the llm hint source needs llm_url and llm_model")
-        return self
+    def _load_sections(self, named: Iterable[str] = ()) -> None:
+        """Validate the sections; `named`: names used elsewhere in the model that must be plug-ins."""
+        try:
+            classes = plugins.load(self.GROUP, self.plugins)
+        except ValueError as e:
+            raise ValueError(f"plugins: {e}") from None
+        extra = self.__pydantic_extra__
+        for name in named:
+            if name not in classes:
+                raise ValueError(f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(classes))})")
+        errors = [InitErrorDetails(type="extra_forbidden", loc=(k,), input=v) for k, v in extra.items() if k not in classes]
+        for name, cls in classes.items():
+            try:
+                extra[name] = cls.Config.model_validate(extra.get(name, {}))
+            except ValidationError as e:  # re-raised with the plug-in's name in each location
+                errors += [InitErrorDetails(type=x["type"], loc=(name, *x["loc"]), input=x["input"], ctx=x.get("ctx", {}))
+                           for x in e.errors()]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        self._classes = classes
+
+    def section(self, name: str) -> BaseModel:
+        return self.__pydantic_extra__[name]
 
 
-class DistillConfig(Strict):
-    """Hint self-distillation at error turns: find error sites, hint them, ship teacher contexts."""
-
-    enabled: bool = False
-    teacher: Literal["trainer", "inference"] = "trainer"  # who scores the teacher context (trainer/loss/distill_teacher.py says why)
-    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
-    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
-    flat_groups: bool = True  # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
-    hints: HintConfig = Field(default_factory=HintConfig)
+BATCH_STEPS = "composer_prime.batch_steps"  # the entry-point group batch steps register in (orchestrator/batch.py)
 
 
-class OrchestratorConfig(Shared, Pinned):
+class OrchestratorConfig(Shared, Pinned, Sections):
+    """Besides the fields below, one section per batch step (`orchestrator.distill`, ...),
+    declared by the step's own module (orchestrator/batch.py)."""
+
+    model_config = ConfigDict(extra="allow")  # the batch steps' sections, checked below
+    GROUP: ClassVar[str] = BATCH_STEPS
+    KIND: ClassVar[str] = "batch step"
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -158,7 +171,6 @@ class OrchestratorConfig(Shared, Pinned):
     overlong_cache: int = Field(4, ge=1)  # DAPO L_cache: the soft band below L_max
     length_penalty: float = 0.0  # reward -= length_penalty * completion_tokens / sampling.max_tokens
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
-    distill: DistillConfig = Field(default_factory=DistillConfig)
     max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
     max_concurrency: int = 32
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
@@ -166,10 +178,14 @@ class OrchestratorConfig(Shared, Pinned):
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
+        self._load_sections()
         if len({e.id for e in self.envs}) != len(self.envs):
             raise ValueError("envs: each environment id may appear once")
         self.groups_per_step()  # raises if the batch does not split into whole groups
         return self
+
+    def step_classes(self) -> dict[str, type]:
+        return self._classes
 
     def groups_per_step(self) -> dict[str, int]:
         """Groups of each environment in one batch: batch_size * ratio / group_size, exactly."""
@@ -197,40 +213,21 @@ class OptimConfig(Strict):
 LOSS_CHANNELS = "composer_prime.loss_channels"  # the entry-point group loss channels register in
 
 
-class LossConfig(Strict):
+class LossConfig(Sections):
     """The trainer's objective: a weight per channel, and each channel's own section
     (`trainer.loss.<channel>`), validated by the `Config` that the channel's module declares."""
 
-    model_config = ConfigDict(extra="allow")  # the channel sections, checked below
-    _classes: dict[str, type] = PrivateAttr(default_factory=dict)
+    GROUP: ClassVar[str] = LOSS_CHANNELS
+    KIND: ClassVar[str] = "loss channel"
     weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})  # scale per channel (1 if unset)
-    plugins: list[str] = Field(default_factory=list)  # channels outside the package, "module:Class"
 
     @model_validator(mode="after")
     def _sections(self) -> "LossConfig":
-        try:
-            classes = plugins.load(LOSS_CHANNELS, self.plugins)
-        except ValueError as e:
-            raise ValueError(f"plugins: {e}") from None
-        extra = self.__pydantic_extra__
-        for name in [*extra, *self.weights]:
-            if name not in classes:
-                raise ValueError(f"unknown loss channel '{name}' (known: {', '.join(sorted(classes))})")
-        for name, cls in classes.items():
-            try:
-                extra[name] = cls.Config.model_validate(extra.get(name, {}))
-            except ValidationError as e:  # re-raised with the channel's name in each location
-                raise ValidationError.from_exception_data(type(self).__name__, [
-                    InitErrorDetails(type=x["type"], loc=(name, *x["loc"]), input=x["input"], ctx=x.get("ctx", {}))
-                    for x in e.errors()]) from None
-        self._classes = classes
+        self._load_sections(self.weights)
         return self
 
     def channel_classes(self) -> dict[str, type]:
         return self._classes
-
-    def section(self, name: str) -> BaseModel:
-        return self.__pydantic_extra__[name]
 
 
 class CheckpointConfig(Strict):

@@ -13,19 +13,34 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import httpx
+from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import DistillConfig, OrchestratorConfig
-from composer_prime.orchestrator.batch import BatchContext
+from composer_prime.config.models import OrchestratorConfig, Strict
+from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.orchestrator.hints import HintContext, make_hinter
+from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
 from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.trainer.loss.distill import Teacher
 from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import TemplateError
+
+
+class DistillConfig(Strict):
+    """`orchestrator.distill`: find error sites, hint them, ship teacher contexts."""
+
+    enabled: bool = False
+    # who scores the teacher context (trainer/loss/distill_teacher.py says why)
+    teacher: Literal["trainer", "inference"] = "trainer"
+    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
+    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
+    # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
+    flat_groups: bool = True
+    hints: HintConfig = Field(default_factory=HintConfig)
 
 
 @dataclass
@@ -98,16 +113,24 @@ def distill_only(r: Rollout, teachers: list[Teacher], temperature: float, seq_le
     return sample if "distill" in sample.channel_data else None
 
 
-class DistillStep:
-    def __init__(self, cfg: OrchestratorConfig, tok: PreTrainedTokenizerBase, client: InferenceClient) -> None:
-        self.cfg = cfg
-        self.distiller = Distiller(cfg.distill, tok, client)
+class DistillStep(Step):
+    name = "distill"
+    Config = DistillConfig
+
+    def __init__(self, section: DistillConfig, cfg: OrchestratorConfig, tok: PreTrainedTokenizerBase,
+                 client: InferenceClient) -> None:
+        super().__init__(section, cfg, tok, client)
+        self.distiller = Distiller(section, tok, client)
+
+    @classmethod
+    def active(cls, section: DistillConfig) -> bool:
+        return section.enabled
 
     async def __call__(self, batch: BatchContext) -> dict[str, float]:
         cfg, stats = self.cfg, DistillStats()
         kept = [(i, r) for i, r in enumerate(batch.rollouts) if r is not None]
         # at most one batch's worth: refill rounds can leave many flat groups, and the trainer's step time follows
-        flat = [r for r in batch.flat if r.sites][: cfg.batch_size] if cfg.distill.flat_groups else []
+        flat = [r for r in batch.flat if r.sites][: cfg.batch_size] if self.section.flat_groups else []
         found = await asyncio.gather(*(self.distiller.attach(r, stats) for _, r in kept),
                                      *(self.distiller.attach(r, stats) for r in flat))
         for (i, _), teachers in zip(kept, found):
@@ -124,7 +147,3 @@ class DistillStep:
 
     async def close(self) -> None:
         await self.distiller.close()
-
-
-def make_step(cfg: OrchestratorConfig, tok: PreTrainedTokenizerBase, client: InferenceClient) -> DistillStep | None:
-    return DistillStep(cfg, tok, client) if cfg.distill.enabled else None

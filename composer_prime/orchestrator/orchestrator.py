@@ -6,7 +6,7 @@ with step n-1. A rollout from an older policy is dropped and counted, never trai
 Task choice is a pure function of (seed, step), so a resumed run continues exactly.
 
 Each step is two stages: `collect` samples groups (dynamic sampling, staleness) and `build`
-turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/steps.py:
+turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/batch.py:
 one per channel that needs orchestrator-side work, e.g. distill's hints and teacher views).
 """
 
@@ -28,10 +28,9 @@ from composer_prime.config.models import EnvConfig
 from composer_prime.env_runtime.tasksets import EnvError, load_tasks
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
-from composer_prime.orchestrator.batch import BatchContext
+from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout, group
-from composer_prime.orchestrator.steps import make_steps
 from composer_prime.trainer import checkpoint
 from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender

@@ -54,7 +54,7 @@ class Rollout:
 
     def to_sample(self, advantage: float, temperature: float, seq_len: int) -> Sample:
         """The `rl` sample of this rollout, cut to `seq_len`; other channels add their weights and
-        data to it (orchestrator/steps.py)."""
+        data to it (orchestrator/batch.py)."""
         p = len(self.prompt_ids)
         keep = max(0, min(len(self.completion_ids), seq_len - p))  # over-long rollouts are cut, never silently dropped
         mask = self.model_mask[:keep]

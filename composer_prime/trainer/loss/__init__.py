@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from composer_prime.model.logprobs import token_logprobs  # every channel's helper (model level: the warm start uses it)
+from composer_prime.model.logprobs import token_logprobs  # every channel's helper; the warm start's too
 from composer_prime.trainer.model import frozen_copy
 from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
