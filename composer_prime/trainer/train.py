@@ -83,7 +83,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
-        mb = collate(samples, pad_id, channels)
+        mb = collate(samples, pad_id, channels, device_type())
         targets = mb.input_ids[:, 1:]
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
         lp = token_logprobs(logits, targets, mb.temperature)
@@ -109,7 +109,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
     if teacher_model is not model and cfg.loss.distill.teacher == "ema":
         ema_update(teacher_model, model, cfg.loss.distill.ema_rate)
     keys = sorted(sums)
-    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)])
+    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)], device=device_type())  # NCCL reduces GPU tensors only
     dist.all_reduce(vec)
     out = {k: vec[i].item() for i, k in enumerate(keys)}
     out["trained_tokens"] = vec[-1].item()
