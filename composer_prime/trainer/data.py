@@ -53,7 +53,8 @@ def pack(samples: list[Sample], micro_batch_tokens: int, world_size: int) -> lis
     return ranks
 
 
-def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBatch:
+def collate(samples: list[Sample], pad_id: int, channels: list[str], device: str = "cpu") -> MicroBatch:
+    """Padded tensors, built on the CPU row by row and moved to `device` (the model's) once each."""
     if not samples:  # a filler micro-batch: one pad token, zero weight in every channel
         samples = [Sample([pad_id, pad_id], [0.0, 0.0], [0.0, 0.0], {c: [0.0, 0.0] for c in channels})]
     width = max(len(s.input_ids) for s in samples)
@@ -63,14 +64,14 @@ def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBat
         out = torch.full((n, width), value, dtype=dtype)
         for i, row in enumerate(rows):
             out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        return out
+        return out.to(device)
 
     shifted = lambda t: t[:, 1:]  # noqa: E731 - position t predicts token t, so drop the first
     return MicroBatch(
         input_ids=pad([s.input_ids for s in samples], pad_id, torch.long),
         sampling_logprobs=shifted(pad([s.sampling_logprobs for s in samples], 0.0, torch.float32)),
         advantages=shifted(pad([s.advantages for s in samples], 0.0, torch.float32)),
-        temperature=torch.tensor([[s.temperature] for s in samples], dtype=torch.float32).unsqueeze(-1),
+        temperature=torch.tensor([[s.temperature] for s in samples], dtype=torch.float32, device=device).unsqueeze(-1),
         channel_weights={
             c: shifted(pad([s.channel_weights.get(c, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
             for c in channels

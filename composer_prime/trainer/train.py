@@ -88,7 +88,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
-        mb = collate(samples, pad_id, channels)
+        mb = collate(samples, pad_id, channels, device_type())
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
         lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
         # One optimizer step per batch, so pi_old is the current policy, detached.
@@ -108,7 +108,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     optim.step()
     objective.after_step()
     keys = sorted(sums)
-    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)])
+    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)], device=device_type())  # NCCL reduces GPU tensors only
     dist.all_reduce(vec)
     out = {k: vec[i].item() for i, k in enumerate(keys)}
     out["trained_tokens"] = vec[-1].item()

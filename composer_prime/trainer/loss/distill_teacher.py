@@ -79,7 +79,7 @@ def _forward(model, seqs: list[list[int]], pad_id: int, first: int) -> torch.Ten
     The teacher contexts end with the error turn, so only their tails are needed: keeping just
     those bounds the [rows, positions, vocabulary] tensor for long prompts and real vocabularies."""
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device=next(model.parameters()).device)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
     return model(input_ids=ids, logits_to_keep=width - first).logits
@@ -98,11 +98,13 @@ def teacher_targets(model, input_ids: torch.Tensor, items: list[tuple[int, Teach
         rows += [row] * t.length
         cols += range(t.student_start - 1, t.student_start - 1 + t.length)  # shifted: column c predicts token c + 1
         segments += [i] * t.length
-    where = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))
+    dev = input_ids.device  # the model's: every index and target lives beside the logits
+    where = (torch.tensor(rows, dtype=torch.long, device=dev), torch.tensor(cols, dtype=torch.long, device=dev))
     tokens = input_ids[where[0], where[1] + 1] if items else None
     if items and all(precomputed):
-        return TeacherTargets(*where, torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32),
-                              tokens, torch.tensor(segments), torch.tensor([ids for _, t in items for ids in t.top_ids]))
+        return TeacherTargets(*where, torch.tensor([lp for _, t in items for lp in t.top_logprobs], dtype=torch.float32, device=dev),
+                              tokens, torch.tensor(segments, device=dev),
+                              torch.tensor([ids for _, t in items for ids in t.top_ids], device=dev))
     reuse = [teacher_is_student and _same_context(input_ids, row, t) for row, t in items]
     todo = [t for (_, t), r in zip(items, reuse) if not r]
     first = min((t.start - 1 for t in todo), default=0)  # the earliest position any teacher needs
@@ -116,4 +118,4 @@ def teacher_targets(model, input_ids: torch.Tensor, items: list[tuple[int, Teach
         else:
             scores.append(logits[k, t.start - 1 - first: t.start - 1 - first + t.length])
             k += 1
-    return TeacherTargets(*where, torch.cat(scores).float(), tokens, torch.tensor(segments))
+    return TeacherTargets(*where, torch.cat(scores).float(), tokens, torch.tensor(segments, device=dev))
