@@ -12,15 +12,13 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from composer_prime.utils.proc import pin_cpus
-from composer_prime.config import OrchestratorConfig, load_or_exit
+from composer_prime.config import OrchestratorConfig
 from composer_prime.config.models import EnvConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
@@ -207,14 +205,3 @@ class Orchestrator:
             await self.distiller.close()
         await self.client.close()
 
-
-def main(argv: list[str] | None = None) -> None:
-    cfg, dry_run = load_or_exit(OrchestratorConfig, argv if argv is not None else sys.argv[1:])
-    if dry_run:  # the config resolved; nothing to start
-        return
-    pin_cpus(cfg.cpus, "orchestrator")
-    asyncio.run(Orchestrator(cfg).run_loop())
-
-
-if __name__ == "__main__":
-    main()
