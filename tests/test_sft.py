@@ -56,4 +56,4 @@ def test_malformed_example_names_the_line(tmp_path):
     data.write_text(json.dumps(examples(random.Random(0), 1)[0]) + "\n" + '{"messages": [{"role": "user", "content": "x"}]}\n')
     r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(data), "--output_dir",
                         str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode != 0 and f"{data}:2: not a chat example" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and f"{data}:2: not a chat example" in r.stderr and "Traceback" not in r.stderr

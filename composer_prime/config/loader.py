@@ -1,8 +1,15 @@
 """Command line → validated config: `@ a.toml @ b.toml --x.y value --flag --no-flag --dry-run`.
 
 Files deep-merge left to right, dotted flags override them. Any mistake (unknown key, wrong
-type, bad file, a conflict) becomes one line naming the key and where it came from, and the
-process exits with code 2: a user should never read a traceback to fix a typo.
+type, out of range, bad file, a conflict, a model or directory this machine does not have)
+becomes one line naming the key and where it came from, and the process exits with code 2: a
+user should never read a traceback to fix a typo. `-h`/`--help` prints the options generated
+from the models (config/help.py) and exits 0.
+
+Why not prime-rl's own `prime-pydantic-config` (docs/running.md, "Config files and the command
+line"): it keeps no record of which file set a key, so its errors cannot name it; it reads a list
+value only as JSON (a TOML value such as `[{id = "x"}]` ends in a JSONDecodeError traceback) and
+splits no comma lists; and its errors are multi-line boxes with exit code 1.
 """
 
 from __future__ import annotations
@@ -10,13 +17,19 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
+from composer_prime.config.help import render
+from composer_prime.utils.net import bind_error
+
 T = TypeVar("T", bound=BaseModel)
+Check = Callable[[Any], None]  # raises ValueError or OSError saying what is wrong with the value it is given
 
 
 class ConfigError(Exception):
@@ -69,6 +82,8 @@ def read_toml(path: Path) -> dict:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {getattr(e, 'strerror', None) or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
 
@@ -128,22 +143,64 @@ def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tup
         err = e.errors()[0]
         loc = (*prefix, *err["loc"])
         key = ".".join(str(p) for p in loc) or model.__name__
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        if err["type"] == "missing":
+            raise ConfigError(f"{key}: required; set it in a config file or with --{key}{more}") from None
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{key}: {msg} ({_origin(loc, provenance)}){more}") from None
 
 
-def load(model: type[T], argv: list[str]) -> tuple[T, bool]:
+def check(config: BaseModel, checks: dict[str, Check], provenance: dict[str, str], prefix: str = "") -> None:
+    """Run each check on the value at its dotted key; a failure names the key and where it was set."""
+    for key, fn in checks.items():
+        value: Any = config
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is None:
+            continue
+        try:
+            fn(value)
+        except (ValueError, OSError) as e:
+            loc = tuple(f"{prefix}{key}".split("."))
+            raise ConfigError(f"{prefix}{key}: {e} ({_origin(loc, provenance)})") from None
+
+
+def check_binds(binds: list[tuple[str, str, int]], prefix: str = "") -> None:
+    """Ports a process is about to listen on must be free: one line now, not a traceback later."""
+    for key, host, port in binds:
+        if error := bind_error(host, port):
+            raise ConfigError(f"{prefix}{key}: cannot listen on {host}:{port} ({error}); is another run using it?")
+
+
+def load(model: type[T], argv: list[str], checks: dict[str, Check] | None = None) -> tuple[T, dict[str, str], bool]:
+    """argv → (config, where each key came from, dry_run). `--help` prints and exits 0."""
+    if "-h" in argv or "--help" in argv:
+        sys.stdout.write(render(model, Path(sys.argv[0]).stem))  # `rl`, or `rl.py` under python -m
+        raise SystemExit(0)
     tree, provenance, dry_run = parse_argv(argv)
-    return validate(model, tree, provenance), dry_run
+    config = validate(model, tree, provenance)
+    check(config, checks or {}, provenance)
+    return config, provenance, dry_run
 
 
-def load_or_exit(model: type[T], argv: list[str] | None = None) -> tuple[T, bool]:
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A ConfigError inside becomes `config error: ...` on stderr and exit code 2."""
     try:
-        return load(model, sys.argv[1:] if argv is None else argv)
+        yield
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def load_or_exit(model: type[T], argv: list[str] | None = None, checks: dict[str, Check] | None = None,
+                 ports: bool = False) -> tuple[T, bool]:
+    """`load` with one-line errors; with `ports`, a run (not a dry run) also checks that `config.binds()` are free."""
+    with one_line_errors():
+        config, _, dry_run = load(model, sys.argv[1:] if argv is None else argv, checks)
+        if ports and not dry_run:
+            check_binds(config.binds())  # type: ignore[attr-defined]
+    return config, dry_run
 
 
 def _drop_none(value: Any) -> Any:

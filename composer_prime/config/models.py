@@ -1,22 +1,25 @@
-"""Pydantic configs, one per process, plus `RLConfig`, which fills shared keys into all three.
+"""Pydantic configs, one per process (`RLConfig`, the config of `rl`, is in config/rl.py).
 
-Every model forbids unknown keys, so a typo is an error, not a silently ignored setting.
+Every model forbids unknown keys, so a typo is an error, not a silently ignored setting. Every
+field carries `Field(description=...)` and, where a number has a sensible range, its bounds:
+`--help` is generated from them (config/help.py) and an out-of-range value is a config error.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, ClassVar, Iterable, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
 from composer_prime.utils import plugins
 
 
-
 # A list given as "a,b" on the command line or as a TOML array.
 CommaList = Annotated[list[str], BeforeValidator(lambda v: [x for x in v.split(",") if x] if isinstance(v, str) else v)]
+Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class Strict(BaseModel):
@@ -26,21 +29,40 @@ class Strict(BaseModel):
 class Shared(Strict):
     """Keys every process reads; `rl` fills them in from the top level."""
 
-    model: str = "tiny"  # "tiny" (built offline), a local path, or any Hugging Face id
-    seq_len: int = 512
-    max_steps: int = 20
-    output_dir: Path = Path("outputs/run")
-    seed: int = 0
+    model: str = Field("tiny", description='"tiny" (built offline), "smollm2-135m", a local directory or a '
+                                           "Hugging Face id")
+    seq_len: int = Field(512, ge=2, description="longest sequence (prompt + completion) in tokens")
+    max_steps: int = Field(20, ge=1, description="trainer steps in the run")
+    output_dir: Path = Field(Path("outputs/run"), description="run directory: configs, logs, metrics, checkpoints, "
+                                                              "weights")
+    seed: int = Field(0, ge=0, description="seeds task choice, sampling and the model's initialisation")
 
 
 class Pinned(Strict):
     """Per process, never shared: `rl` passes each section's own value."""
 
-    cpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # pin this process to these cores; [] = all
+    cpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list,
+                                                    description="pin this process to these cores; [] = all")
 
 
 class BatchTransportConfig(Strict):
-    address: str = "tcp://127.0.0.1:5557"  # the trainer binds, the orchestrator connects
+    """Orchestrator -> trainer batches (ZMQ PUSH/PULL)."""
+
+    address: str = Field("tcp://127.0.0.1:5557", description="tcp://HOST:PORT; the trainer binds it, the "
+                                                             "orchestrator connects to it")
+
+    @field_validator("address")
+    @classmethod
+    def _tcp(cls, v: str) -> str:
+        host, sep, port = v.removeprefix("tcp://").rpartition(":")
+        if not (v.startswith("tcp://") and sep and host and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"{v!r} is not tcp://HOST:PORT with a port in 1..65535")
+        return v
+
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) the trainer binds; "*" is every interface."""
+        host, _, port = self.address.removeprefix("tcp://").rpartition(":")
+        return ("0.0.0.0" if host == "*" else host), int(port)
 
 
 class WeightBroadcastConfig(Strict):
@@ -48,41 +70,52 @@ class WeightBroadcastConfig(Strict):
     /update_weights. `shardcast`: the trainer runs a SHARDCAST origin; inference nodes download,
     verify and load each step themselves (through relays or straight from the origin)."""
 
-    type: Literal["filesystem", "shardcast"] = "filesystem"
-    keep_last: int = 3  # steps kept on disk (and listed by the origin); older ones are pruned
-    # shardcast, trainer side (the origin)
-    host: str = "127.0.0.1"
-    port: int = 8100
-    shard_size: int = 50_000_000  # bytes; SHARDCAST's default
-    delta: bool = True  # also publish step N as a compressed XOR against step N-1 when that is smaller
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # dtype of the published weights (auto: as trained)
-    key_path: Path | None = None  # ed25519 signing key; default <output_dir>/keys/trainer.ed25519
-    # shardcast, inference side
-    servers: CommaList = Field(default_factory=list)  # relays and/or the origin, e.g. ["http://relay:8200"]
-    public_key: str = ""  # the trainer's ed25519 public key, hex; nothing unsigned by it is loaded
+    type: Literal["filesystem", "shardcast"] = Field("filesystem", description="how weights travel (see above)")
+    keep_last: int = Field(3, ge=1, description="steps kept on disk (and listed by the origin); older ones are pruned")
+    host: str = Field("127.0.0.1", description="shardcast: the origin's listening address (trainer side)")
+    port: Port = Field(8100, description="shardcast: the origin's port; local relays take the next ports")
+    shard_size: int = Field(50_000_000, ge=1, description="shardcast: bytes per shard (SHARDCAST's default)")
+    delta: bool = Field(True, description="shardcast: also publish step N as a compressed XOR against step N-1 "
+                                          "when that is smaller")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="dtype of the published weights "
+                                                                              "(auto: as trained)")
+    key_path: Path | None = Field(None, description="shardcast: ed25519 signing key; default "
+                                                    "<output_dir>/keys/trainer.ed25519")
+    servers: CommaList = Field(default_factory=list, description="shardcast, inference side: relays and/or the "
+                                                                 'origin, e.g. ["http://relay:8200"]')
+    public_key: str = Field("", description="shardcast, inference side: the trainer's ed25519 public key (hex); "
+                                            "nothing unsigned by it is loaded")
 
 
 class RelayConfig(Strict):
     """`uv run relay`: mirror SHARDCAST upstreams and re-serve them."""
 
-    upstream: CommaList
-    public_key: str
-    host: str = "127.0.0.1"
-    port: int = 8200
-    data_dir: Path = Path("outputs/relay")
-    keep_last: int = 3
-    poll_wait_s: float = 30.0
+    upstream: CommaList = Field(min_length=1, description="origin and/or relay URLs to mirror, e.g. "
+                                                          "http://trainer-host:8100 (comma-separated)")
+    public_key: str = Field(min_length=1, description="the trainer's ed25519 public key (hex); unsigned steps "
+                                                      "are never served")
+    host: str = Field("127.0.0.1", description="listening address")
+    port: Port = Field(8200, description="listening port")
+    data_dir: Path = Field(Path("outputs/relay"), description="where mirrored steps are kept")
+    keep_last: int = Field(3, ge=1, description="steps kept; older ones are pruned")
+    poll_wait_s: float = Field(30.0, gt=0, description="long-poll wait on upstream for a new step, in seconds")
+
+    def binds(self) -> list[tuple[str, str, int]]:
+        """(key, host, port) for every port this process listens on."""
+        return [("port", self.host, self.port)]
 
 
 # ---------------------------------------------------------------- inference
 class InferenceConfig(Shared, Pinned):
-    host: str = "127.0.0.1"
-    port: int = 8000
-    engine: Literal["auto", "hf", "vllm"] = "auto"  # auto: vllm when importable, else hf
-    max_model_len: int = 512
-    vllm_args: list[str] = Field(default_factory=list)
-    weights_path: Path | None = None  # start from this step directory (set on resume)
-    weight_version: int = 0
+    """`uv run inference`: the generation server (an engine behind our HTTP routes)."""
+
+    host: str = Field("127.0.0.1", description="listening address")
+    port: Port = Field(8000, description="listening port (vLLM's own server takes port + 1000)")
+    engine: Literal["auto", "hf", "vllm"] = Field("auto", description="auto: vllm when importable, else hf")
+    max_model_len: int = Field(512, ge=2, description="longest sequence the engine accepts, in tokens")
+    vllm_args: list[str] = Field(default_factory=list, description="extra arguments for vLLM's server")
+    weights_path: Path | None = Field(None, description="start from this step directory (set by rl on resume)")
+    weight_version: int = Field(0, ge=0, description="the step of the weights served first (set by rl on resume)")
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
 
     @model_validator(mode="after")
@@ -90,28 +123,50 @@ class InferenceConfig(Shared, Pinned):
         wb = self.weight_broadcast
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
             raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
+        if self.resolved_engine() == "vllm" and self.port + 1000 > 65535:
+            raise ValueError(f"port: {self.port} + 1000 (vLLM's server) is above 65535")
         return self
+
+    def resolved_engine(self) -> Literal["hf", "vllm"]:
+        if self.engine != "auto":
+            return self.engine
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+    def binds(self) -> list[tuple[str, str, int]]:
+        """(key, host, port) for every port this process listens on."""
+        out = [("port", self.host, self.port)]
+        if self.resolved_engine() == "vllm":  # vLLM's own server, behind ours
+            out.append(("port + 1000 (vLLM's server)", "127.0.0.1", self.port + 1000))
+        return out
 
 
 # ---------------------------------------------------------------- orchestrator
 class SamplingConfig(Strict):
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 16
+    """Sampling parameters of training rollouts."""
+
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (the trainer uses the same)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens: int = Field(16, ge=1, description="tokens per model turn")
 
 
 class EnvConfig(Strict):
-    id: str = "reverse-text"
-    args: dict = Field(default_factory=dict)  # taskset config for training tasks
-    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200})
-    ratio: float = Field(1.0, gt=0)  # share of each batch's rollouts (normalised over envs)
-    group_size: int | None = Field(None, ge=1)  # completions per task; None = the orchestrator's group_size
-    max_turns: int = Field(8, ge=1)  # model turns per episode for environments with tools
+    """One environment of the mix."""
+
+    id: str = Field("reverse-text", min_length=1, description="the installed environment's id")
+    args: dict = Field(default_factory=dict, description="taskset config for training tasks")
+    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200},
+                            description="taskset config for held-out tasks")
+    ratio: float = Field(1.0, gt=0, description="share of each batch's rollouts (normalised over envs)")
+    group_size: int | None = Field(None, ge=1, description="completions per task; None = the orchestrator's "
+                                                           "group_size")
+    max_turns: int = Field(8, ge=1, description="model turns per episode for environments with tools")
 
 
 class EvalConfig(Strict):
-    interval: int = 5  # held-out eval every N steps (and at the first and last step)
-    num_tasks: int = 64
+    """Held-out evaluation."""
+
+    interval: int = Field(5, ge=1, description="held-out eval every N steps (and at the first and last step)")
+    num_tasks: int = Field(64, ge=1, description="held-out tasks per environment")
 
 
 class Sections(Strict):
@@ -123,7 +178,7 @@ class Sections(Strict):
     GROUP: ClassVar[str]
     KIND: ClassVar[str]  # what a plug-in is called in errors
     _classes: dict[str, type] = PrivateAttr(default_factory=dict)
-    plugins: list[str] = Field(default_factory=list)  # plug-ins outside the package, "module:Class"
+    plugins: list[str] = Field(default_factory=list, description='plug-ins outside the package, "module:Class"')
 
     def _load_sections(self, named: Iterable[str] = ()) -> None:
         """Validate the sections; `named`: names used elsewhere in the model that must be plug-ins."""
@@ -154,27 +209,34 @@ BATCH_STEPS = "composer_prime.batch_steps"  # the entry-point group batch steps 
 
 
 class OrchestratorConfig(Shared, Pinned, Sections):
-    """Besides the fields below, one section per batch step (`orchestrator.distill`, ...),
-    declared by the step's own module (orchestrator/batch.py)."""
+    """`uv run orchestrator`: sample tasks, collect and score rollouts, send batches to the trainer.
+    Besides the fields below, one section per batch step (`orchestrator.distill`, ...), declared
+    by the step's own module (orchestrator/batch.py)."""
 
     model_config = ConfigDict(extra="allow")  # the batch steps' sections, checked below
     GROUP: ClassVar[str] = BATCH_STEPS
     KIND: ClassVar[str] = "batch step"
-    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
-    envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1)
+
+    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1,
+                                      description="inference servers; requests are spread over all of them")
+    envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1,
+                                  description="the environment mix (each id once)")
     eval: EvalConfig = Field(default_factory=EvalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    batch_size: int = 64  # rollouts per trainer step (after dynamic sampling)
-    group_size: int = 8  # completions per task
-    advantage: Literal["drgrpo", "grpo"] = "drgrpo"
-    overlong_max: int = Field(0, ge=0)  # DAPO overlong shaping L_max in tokens; 0 = off
-    overlong_cache: int = Field(4, ge=1)  # DAPO L_cache: the soft band below L_max
-    length_penalty: float = 0.0  # reward -= length_penalty * completion_tokens / sampling.max_tokens
-    dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
-    max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
-    max_concurrency: int = 32
+    batch_size: int = Field(64, ge=1, description="rollouts per trainer step (after dynamic sampling)")
+    group_size: int = Field(8, ge=1, description="completions per task")
+    advantage: Literal["drgrpo", "grpo"] = Field("drgrpo", description="Dr.GRPO (mean-centred) or GRPO (also "
+                                                                       "divided by the group's std)")
+    overlong_max: int = Field(0, ge=0, description="DAPO overlong shaping L_max in tokens; 0 = off")
+    overlong_cache: int = Field(4, ge=1, description="DAPO L_cache: the soft band below L_max")
+    length_penalty: float = Field(0.0, ge=0, description="reward -= length_penalty * completion_tokens / "
+                                                         "sampling.max_tokens")
+    dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal, refill the batch")
+    max_async_level: int = Field(1, ge=0, description="a batch for step n may use policy n-k at the oldest "
+                                                      "(0 = strictly on-policy)")
+    max_concurrency: int = Field(32, ge=1, description="episodes in flight at once")
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
-    resume: bool = False
+    resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
@@ -203,11 +265,15 @@ class OrchestratorConfig(Shared, Pinned, Sections):
 
 # ---------------------------------------------------------------- trainer
 class OptimConfig(Strict):
-    lr: float = 1e-4
-    warmup_steps: int = 10  # linear warm-up: Adam's first steps are sign-like and move a small model a lot
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.99)
-    max_norm: float = 1.0
+    """AdamW with linear warm-up and gradient clipping."""
+
+    lr: float = Field(1e-4, gt=0, description="peak learning rate")
+    warmup_steps: int = Field(10, ge=0, description="linear warm-up: Adam's first steps are sign-like and move a "
+                                                    "small model a lot")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.99), description="AdamW betas")
+    max_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
 
 
 LOSS_CHANNELS = "composer_prime.loss_channels"  # the entry-point group loss channels register in
@@ -219,7 +285,8 @@ class LossConfig(Sections):
 
     GROUP: ClassVar[str] = LOSS_CHANNELS
     KIND: ClassVar[str] = "loss channel"
-    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})  # scale per channel (1 if unset)
+    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0},
+                                      description="scale per loss channel (1 for a channel present in a batch but unset here)")
 
     @model_validator(mode="after")
     def _sections(self) -> "LossConfig":
@@ -231,82 +298,45 @@ class LossConfig(Sections):
 
 
 class CheckpointConfig(Strict):
-    interval: int = 1  # steps between trainer checkpoints
-    keep_last: int = 2
+    """Trainer checkpoints (model, optimizer, step) under <output_dir>/checkpoints/."""
+
+    interval: int = Field(1, ge=1, description="steps between trainer checkpoints")
+    keep_last: int = Field(2, ge=1, description="checkpoints kept; older ones are pruned")
 
 
 class TrainerConfig(Shared, Pinned):
-    nproc: int = 1  # data-parallel FSDP2 ranks (torchrun --nproc-per-node)
-    backend: Literal["auto", "gloo", "nccl"] = "auto"
-    micro_batch_tokens: int = 4096
+    """`uv run trainer`: FSDP2 training under torchrun; receives batches, publishes weights."""
+
+    nproc: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (torchrun --nproc-per-node)")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on GPU, gloo on CPU")
+    micro_batch_tokens: int = Field(4096, ge=1, description="tokens per micro-batch (padded), the unit of one "
+                                                            "forward/backward")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
-    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
-    resume: bool = False
+    inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"],
+                                      description="inference servers told to load each new step (filesystem)")
+    resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
+
+    def binds(self) -> list[tuple[str, str, int]]:
+        """(key, host, port) for every port this process listens on."""
+        out = [("transport.address", *self.transport.endpoint())]
+        if self.weight_broadcast.type == "shardcast":
+            out.append(("weight_broadcast.port", self.weight_broadcast.host, self.weight_broadcast.port))
+        return out
 
 
 # ---------------------------------------------------------------- sft
 class SFTConfig(Strict):
     """`uv run sft`: answer-only cross-entropy on a JSONL of chat examples."""
 
-    model: str = "tiny"
-    data: Path  # JSONL: {"messages": [..., {"role": "assistant", "content": ...}]}
-    output_dir: Path = Path("outputs/sft")
-    max_steps: int = Field(100, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = 1e-4
-    warmup_steps: int = 10
-    seed: int = 0
-
-
-# ---------------------------------------------------------------- rl (all three)
-SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
-
-
-class RLConfig(Shared):
-    resume: bool = False
-    inference: dict = Field(default_factory=dict)
-    orchestrator: dict = Field(default_factory=dict)
-    trainer: dict = Field(default_factory=dict)
-    transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
-    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
-    inference_replicas: int = Field(1, ge=1)  # inference servers on consecutive ports
-    relays: int = Field(0, ge=0)  # local SHARDCAST relays between the origin and inference (shardcast only)
-
-    def split(self, provenance: dict[str, str] | None = None) -> tuple[InferenceConfig, OrchestratorConfig, TrainerConfig]:
-        """Fill shared keys into each process config; a different value set twice is a conflict."""
-        from composer_prime.config.loader import ConfigError, validate
-
-        provenance = provenance or {}
-        out = []
-        fields_set = self.model_fields_set
-        for name, cls in (("inference", InferenceConfig), ("orchestrator", OrchestratorConfig), ("trainer", TrainerConfig)):
-            section = dict(getattr(self, name))
-            for key in SHARED_KEYS:
-                top = getattr(self, key)
-                if key in section and key in fields_set and section[key] != (str(top) if isinstance(top, Path) else top):
-                    where = provenance.get(f"{name}.{key}", "defaults")
-                    raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
-                section.setdefault(key, str(top) if isinstance(top, Path) else top)
-            if name != "inference":
-                section.setdefault("transport", self.transport.model_dump())
-                section.setdefault("resume", self.resume)
-            if name == "trainer":
-                section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
-            out.append((name, cls, section))
-        inf = validate(InferenceConfig, out[0][2], provenance, ("inference",))
-        url = f"http://{inf.host}:{inf.port}"
-        orch_section, trainer_section = out[1][2], out[2][2]
-        orch_section.setdefault("inference_urls", [url])
-        trainer_section.setdefault("inference_urls", [url])
-        orch = validate(OrchestratorConfig, orch_section, provenance, ("orchestrator",))
-        trainer = validate(TrainerConfig, trainer_section, provenance, ("trainer",))
-        for name, cls in trainer.loss.channel_classes().items():  # each channel's own checks against the orchestrator
-            try:
-                cls.check_run(trainer.loss.section(name), orch)
-            except ValueError as e:
-                raise ConfigError(f"trainer.loss.{name}.{e}") from None
-        return inf, orch, trainer
+    model: str = Field("tiny", description=Shared.model_fields["model"].description)
+    data: Path = Field(description='JSONL, one {"messages": [..., {"role": "assistant", "content": ...}]} per line')
+    output_dir: Path = Field(Path("outputs/sft"), description="where the fine-tuned model directory is written")
+    max_steps: int = Field(100, ge=1, description="optimizer steps")
+    batch_size: int = Field(16, ge=1, description="examples per step")
+    lr: float = Field(1e-4, gt=0, description="peak learning rate")
+    warmup_steps: int = Field(10, ge=0, description="linear warm-up steps")
+    seed: int = Field(0, ge=0, description="seeds example order and the model's initialisation")

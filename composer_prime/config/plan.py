@@ -15,7 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from composer_prime.config.loader import ConfigError
-from composer_prime.config.models import InferenceConfig, RelayConfig, RLConfig, WeightBroadcastConfig
+from composer_prime.config.models import InferenceConfig, RelayConfig, WeightBroadcastConfig
+from composer_prime.config.rl import RLConfig
 
 
 @dataclass

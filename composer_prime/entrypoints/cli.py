@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -24,8 +25,16 @@ def _model(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints its usage before an error; a user needs the one line that says what is wrong.
+    Every subcommand's parser is of this class too (argparse makes sub-parsers of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="composer-prime", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="composer-prime", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("model", help="build or locate a model; prints its local directory")
     m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")

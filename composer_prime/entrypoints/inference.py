@@ -1,6 +1,27 @@
-from composer_prime.inference.serve import main
+"""`uv run inference @ inference.toml`: the generation server.
 
-__all__ = ["main"]
+The config, the model, the directories and the ports are checked before the engine (and torch)
+is imported, so a mistake is one line within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from composer_prime.config import InferenceConfig, load_or_exit
+from composer_prime.entrypoints import checks
+from composer_prime.utils.proc import pin_cpus
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, dry_run = load_or_exit(InferenceConfig, sys.argv[1:] if argv is None else argv, checks.INFERENCE, ports=True)
+    if dry_run:
+        return
+    pin_cpus(cfg.cpus, "inference")
+    from composer_prime.inference.serve import serve
+
+    asyncio.run(serve(cfg))
 
 
 if __name__ == "__main__":

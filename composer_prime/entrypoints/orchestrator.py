@@ -1,6 +1,33 @@
-from composer_prime.orchestrator.orchestrator import main
+"""`uv run orchestrator @ orchestrator.toml`: sample, score and send batches to the trainer.
 
-__all__ = ["main"]
+The config, the model and the output directory are checked before transformers and the
+environments are imported, so a mistake is one line within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from composer_prime.config import OrchestratorConfig, load_or_exit
+from composer_prime.entrypoints import checks
+from composer_prime.utils.proc import pin_cpus
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.PROCESS)
+    if dry_run:
+        return
+    pin_cpus(cfg.cpus, "orchestrator")
+    from composer_prime.env_runtime.tasksets import EnvError
+    from composer_prime.orchestrator.orchestrator import Orchestrator
+
+    try:
+        orchestrator = Orchestrator(cfg)
+    except EnvError as e:  # an environment missing, misconfigured or failing in its own code: one line, no traceback
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    asyncio.run(orchestrator.run_loop())
 
 
 if __name__ == "__main__":

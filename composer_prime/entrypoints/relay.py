@@ -6,13 +6,15 @@ import asyncio
 import sys
 
 from composer_prime.config import RelayConfig, load_or_exit
-from composer_prime.transports.weights.shardcast.relay import Relay, serve
+from composer_prime.entrypoints import checks
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, dry_run = load_or_exit(RelayConfig, sys.argv[1:] if argv is None else argv)
+    cfg, dry_run = load_or_exit(RelayConfig, sys.argv[1:] if argv is None else argv, checks.RELAY, ports=True)
     if dry_run:
         return
+    from composer_prime.transports.weights.shardcast.relay import Relay, serve
+
     log = lambda m: print(m, flush=True)  # noqa: E731
     relay = Relay(cfg.upstream, cfg.data_dir, cfg.public_key, cfg.keep_last, cfg.poll_wait_s, log=log)
     log(f"[relay] mirroring {', '.join(cfg.upstream)} on http://{cfg.host}:{cfg.port} ({cfg.data_dir})")

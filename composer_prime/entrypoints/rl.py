@@ -1,120 +1,80 @@
 """`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator (and relays).
 
-Writes each process's resolved config to <output_dir>/configs/ (each runs alone from it, e.g.
-on another machine), tees their logs to <output_dir>/logs/, and stops all of them, whole process
-groups, if any of them fails or on Ctrl-C.
+Checks everything it can before starting anything (config, model, output directory, cores,
+ports: one line and exit code 2), writes each process's resolved config to <output_dir>/configs/
+(each runs alone from it, e.g. on another machine), then runs them under utils/supervise.py:
+logs in <output_dir>/logs/, all stopped when one fails, the console ending with its own line.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
-from composer_prime.config.loader import parse_argv, validate
-from composer_prime.config.plan import plan
+from composer_prime.config.loader import check, check_binds, load, one_line_errors
+from composer_prime.config.plan import Process, plan
+from composer_prime.entrypoints import checks
 from composer_prime.env_runtime.tasksets import EnvError, check_envs
 from composer_prime.model.resolve import resolve_model
-from composer_prime.trainer import checkpoint
-from composer_prime.transports.weights import filesystem
-from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.report import write_report
+from composer_prime.utils.supervise import supervise
 
 
-def resolve(argv: list[str]) -> tuple[RLConfig, dict[str, str], bool]:
-    try:
-        tree, provenance, dry_run = parse_argv(argv)
-        return validate(RLConfig, tree, provenance), provenance, dry_run
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+def resume_point(run: Path) -> tuple[int, Path] | None:
+    """The newest step with both a checkpoint and its weights. Imported here: torch takes seconds to
+    import, which every dry run and every bad command line would otherwise wait for."""
+    from composer_prime.trainer import checkpoint
+    from composer_prime.transports.weights import filesystem
+
+    if found := checkpoint.latest(run / "checkpoints"):
+        weights = filesystem.step_dir(run / "weights", found[0])
+        if (weights / filesystem.MARKER).exists():
+            return found[0], weights
+    return None
 
 
-def _pump(name: str, proc: subprocess.Popen, log_path: Path) -> None:
-    with log_path.open("a") as log:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            log.write(line)
-            log.flush()
-            if not line.startswith(f"[{name}]"):
-                line = f"[{name}] {line}"
-            sys.stdout.write(line)
-            sys.stdout.flush()
-
-
-def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # > the vLLM engine's own 30 s shutdown
-    for p in procs.values():
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.time() + grace_s
-    for p in procs.values():
+def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], bool]:
+    """Everything that can be wrong before a process starts, as one line and exit code 2."""
+    with one_line_errors():
+        cfg, provenance, dry_run = load(RLConfig, argv)
+        cfg.split(provenance)  # every section's mistakes first, before what is true of this machine
+        check(cfg, checks.RUN, provenance)
+        run = Path(cfg.output_dir)
+        processes = plan(cfg, provenance, resume_point(run) if cfg.resume else None)
+        for p in processes:
+            if "cpus" in type(p.config).model_fields:
+                check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
+            if not dry_run and hasattr(p.config, "binds"):
+                check_binds(p.config.binds(), prefix=f"{p.name}.")
+        if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
+            try:
+                check_envs(next(p.config for p in processes if p.name == "orchestrator"))
+            except EnvError as e:
+                raise ConfigError(str(e)) from None
+        paths = {p.name: run / "configs" / f"{p.name}.toml" for p in processes}
         try:
-            p.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+            for p in processes:
+                write_toml(p.config, paths[p.name])
+        except OSError as e:
+            raise ConfigError(f"output_dir: cannot write {e.filename or run}: {e.strerror}") from None
+    return cfg, processes, paths, dry_run
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, provenance, dry_run = resolve(sys.argv[1:] if argv is None else argv)
+    cfg, processes, paths, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
-    resume_from = None
-    if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
-        weights = filesystem.step_dir(run / "weights", found[0])
-        if (weights / filesystem.MARKER).exists():
-            resume_from = (found[0], weights)
-    try:
-        processes = plan(cfg, provenance, resume_from)
-        if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
-            check_envs(next(p.config for p in processes if p.name == "orchestrator"))
-    except (ConfigError, EnvError) as e:
-        print(f"config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    paths = {}
-    for p in processes:
-        paths[p.name] = run / "configs" / f"{p.name}.toml"
-        write_toml(p.config, paths[p.name])
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
     resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before the processes race
-    (run / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
-    procs: dict[str, subprocess.Popen] = {}
     start = time.time()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        for p in processes:
-            procs[p.name] = subprocess.Popen(
-                [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
-                preexec_fn=die_with_parent())
-            threading.Thread(target=_pump, args=(p.name, procs[p.name], run / "logs" / f"{p.name}.log"), daemon=True).start()
-        while True:
-            time.sleep(0.5)
-            failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-            if failed:
-                print(f"[rl] {failed[0]} exited with code {procs[failed[0]].returncode}; stopping the others "
-                      f"(log: {run / 'logs' / (failed[0] + '.log')})", flush=True)
-                stop(procs)
-                raise SystemExit(1)
-            if procs["orchestrator"].poll() == 0 and procs["trainer"].poll() == 0:
-                break
-            servers = [n for n in procs if n not in ("orchestrator", "trainer") and procs[n].poll() == 0]
-            if servers:  # inference and relays serve until stopped
-                print(f"[rl] {servers[0]} exited unexpectedly; stopping", flush=True)
-                stop(procs)
-                raise SystemExit(1)
-    except KeyboardInterrupt:
-        print("[rl] interrupted; stopping all processes", flush=True)
-        stop(procs)
-        raise SystemExit(130) from None
-    stop(procs)
+    supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
+               for p in processes}, run / "logs", {"orchestrator", "trainer"}, env)
     s = write_report(run, time.time() - start)
     print(f"[rl] done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
           f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {run / 'report.md'}", flush=True)

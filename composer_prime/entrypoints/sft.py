@@ -1,6 +1,26 @@
-from composer_prime.trainer.sft import main
+"""`uv run sft @ sft.toml` (or `--data examples.jsonl ...`): supervised fine-tuning, one process.
 
-__all__ = ["main"]
+The config, the model, the data file and the output directory are checked before torch is
+imported: a run must not train for an hour and then fail to write its result.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from composer_prime.config import SFTConfig, load_or_exit
+from composer_prime.config.loader import one_line_errors
+from composer_prime.entrypoints import checks
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, dry_run = load_or_exit(SFTConfig, sys.argv[1:] if argv is None else argv, checks.SFT)
+    if dry_run:
+        return
+    from composer_prime.trainer.sft import train
+
+    with one_line_errors():  # a malformed example is found once the tokenizer is loaded
+        train(cfg)
 
 
 if __name__ == "__main__":

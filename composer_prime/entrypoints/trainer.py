@@ -1,26 +1,46 @@
-"""`uv run trainer @ trainer.toml`: validates the config, then runs the trainer under torchrun."""
+"""`uv run trainer @ trainer.toml`: validates the config, then runs the trainer under torchrun.
+
+torchrun runs in this process, so signals reach it directly. Its own reports stay off the
+console: a rank that fails prints its own error line, and torchrun's failure table and
+SignalException traceback (when `rl` stops the trainer) would only bury that line.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 from composer_prime.config import TrainerConfig, load_or_exit
+from composer_prime.entrypoints import checks
 from composer_prime.utils.net import free_port
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    cfg, dry_run = load_or_exit(TrainerConfig, argv)
-    if dry_run:
-        return
-    if "LOCAL_RANK" in os.environ:  # already under torchrun
+    if "LOCAL_RANK" in os.environ:  # already under torchrun (started by hand): the launcher owns the checks
         from composer_prime.trainer.train import main as train
 
         return train(argv)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "composer_prime.trainer.train", *argv]
-    os.execv(sys.executable, cmd)  # torchrun takes our pid, so signals reach it and its ranks directly
+    cfg, dry_run = load_or_exit(TrainerConfig, argv, checks.PROCESS, ports=True)
+    if dry_run:
+        return
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    logging.disable(logging.ERROR)  # this process only launches ranks; torch's elastic loggers set their own levels
+    try:
+        torchrun([f"--nproc-per-node={cfg.nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+                  "-m", "composer_prime.trainer.train", *argv])
+    except SignalException as e:  # stopped (rl, Ctrl-C): torchrun has stopped the ranks; nothing to report
+        raise SystemExit(128 + int(e.sigval)) from None
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        if failure.exitcode < 0:  # killed by a signal: the rank could print nothing itself
+            print(f"[trainer] rank {rank} died of {failure.signal_name()}", file=sys.stderr, flush=True)
+            raise SystemExit(128 - failure.exitcode) from None
+        raise SystemExit(failure.exitcode) from None
 
 
 if __name__ == "__main__":

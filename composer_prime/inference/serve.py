@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 
 import uvicorn
 
-from composer_prime.utils.proc import pin_cpus
-from composer_prime.config import InferenceConfig, load_or_exit
+from composer_prime.config import InferenceConfig
 from composer_prime.inference.server import ServerState, build_app
 from composer_prime.model.resolve import resolve_model
 
 
 def make_engine(cfg: InferenceConfig, model_path: str):
-    engine = cfg.engine
-    if engine == "auto":
-        engine = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    if engine == "vllm":
+    if cfg.resolved_engine() == "vllm":
         from composer_prime.inference.engines.vllm import VLLMEngine
 
         return VLLMEngine(model_path, cfg.model, port=cfg.port + 1000, max_model_len=cfg.max_model_len,
@@ -55,11 +49,3 @@ async def serve(cfg: InferenceConfig) -> None:
         await engine.stop()
     if follower is not None and follower.done() and not follower.cancelled() and follower.exception():
         raise follower.exception()
-
-
-def main(argv: list[str] | None = None) -> None:
-    cfg, dry_run = load_or_exit(InferenceConfig, argv if argv is not None else sys.argv[1:])
-    if dry_run:  # the config resolved; nothing to start
-        return
-    pin_cpus(cfg.cpus, "inference")
-    asyncio.run(serve(cfg))

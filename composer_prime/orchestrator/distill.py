@@ -33,13 +33,13 @@ from composer_prime.utils.chat import TemplateError
 class DistillConfig(Strict):
     """`orchestrator.distill`: find error sites, hint them, ship teacher contexts."""
 
-    enabled: bool = False
-    # who scores the teacher context (trainer/loss/distill_teacher.py says why)
-    teacher: Literal["trainer", "inference"] = "trainer"
-    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
-    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
-    # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
-    flat_groups: bool = True
+    enabled: bool = Field(False, description="find error sites, hint them and ship teacher views (the distill channel's data)")
+    teacher: Literal["trainer", "inference"] = Field("trainer", description="who scores the teacher context "
+                                                                            "(trainer/loss/distill_teacher.py says why)")
+    top_k: int = Field(20, ge=1, description='teacher = "inference": how many log-probs per position come back')
+    max_sites: int = Field(4, ge=1, description="hinted error turns per rollout")
+    flat_groups: bool = Field(True, description="also distill error turns of groups dropped for a flat reward "
+                                                "(rl weight 0; at most batch_size rollouts)")
     hints: HintConfig = Field(default_factory=HintConfig)
 
 

@@ -67,13 +67,15 @@ def check_template(kind: str, template: str) -> None:
 class HintConfig(Strict):
     """`orchestrator.distill.hints`: where hints come from, tried in order until one answers."""
 
-    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1)
-    templates: dict[str, str] = Field(default_factory=dict)  # per error kind, overriding the built-in ones
-    llm_url: str | None = None  # any OpenAI-compatible server (our own inference server too)
-    llm_model: str | None = None
-    llm_timeout_s: float = Field(10.0, gt=0)
-    cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
-    role: str = "user"  # the chat role of the inserted hint message
+    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1,
+                                                             description="hint sources, tried in this order")
+    templates: dict[str, str] = Field(default_factory=dict, description="per error kind, overriding the built-in "
+                                                                        "templates")
+    llm_url: str | None = Field(None, description="any OpenAI-compatible server (our own inference server too)")
+    llm_model: str | None = Field(None, description="the model name the llm source asks for")
+    llm_timeout_s: float = Field(10.0, gt=0, description="seconds before an llm hint request is given up")
+    cache_path: Path | None = Field(None, description="JSONL cache of LLM hints, kept across runs")
+    role: str = Field("user", description="the chat role of the inserted hint message")
 
     @model_validator(mode="after")
     def _check(self) -> "HintConfig":

@@ -16,16 +16,15 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from composer_prime.config import OrchestratorConfig, load_or_exit
+from composer_prime.config import OrchestratorConfig
 from composer_prime.config.models import EnvConfig
-from composer_prime.env_runtime.tasksets import EnvError, load_tasks
+from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
 from composer_prime.orchestrator.batch import BatchContext, make_steps
@@ -220,20 +219,3 @@ class Orchestrator:
         for run_step in self.steps.values():
             await run_step.close()
         await self.client.close()
-
-
-def main(argv: list[str] | None = None) -> None:
-    cfg, dry_run = load_or_exit(OrchestratorConfig, argv if argv is not None else sys.argv[1:])
-    if dry_run:  # the config resolved; nothing to start
-        return
-    pin_cpus(cfg.cpus, "orchestrator")
-    try:
-        orchestrator = Orchestrator(cfg)
-    except EnvError as e:  # an environment missing, misconfigured or failing in its own code: one line, no traceback
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-    asyncio.run(orchestrator.run_loop())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`uv run sft @ sft.toml`: supervised fine-tuning by answer-only cross-entropy.
+"""Supervised fine-tuning by answer-only cross-entropy (`uv run sft`, entrypoints/sft.py).
 
 Data: a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`; the loss is on the
 last assistant message only (the prompt is context). One process, no FSDP: SFT here is the
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from composer_prime.config import SFTConfig, load_or_exit
+from composer_prime.config import ConfigError, SFTConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
 
@@ -31,16 +30,13 @@ def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int]
         try:
             rows.append(encode_example(tok, json.loads(line)["messages"]))
         except (ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"{path}:{n}: not a chat example ({e})") from None
+            raise ConfigError(f"data: {path}:{n}: not a chat example ({e})") from None
     if not rows:
-        raise SystemExit(f"{path}: no examples")
+        raise ConfigError(f"data: {path}: no examples")
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg, dry_run = load_or_exit(SFTConfig, sys.argv[1:] if argv is None else argv)
-    if dry_run:
-        return
+def train(cfg: SFTConfig) -> None:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
     path = resolve_model(cfg.model, lambda m: print(f"[sft] {m}", flush=True))
@@ -60,7 +56,3 @@ def main(argv: list[str] | None = None) -> None:
     model.save_pretrained(cfg.output_dir)
     tok.save_pretrained(cfg.output_dir)
     print(f"[sft] wrote {cfg.output_dir}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

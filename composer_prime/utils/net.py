@@ -26,6 +26,18 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def bind_error(host: str, port: int) -> str | None:
+    """Why a TCP server could not listen on host:port now (binding as uvicorn and ZMQ do, with
+    SO_REUSEADDR); None if it could."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:  # socket.gaierror too: a host name this machine cannot resolve
+        return e.strerror or str(e)
+    return None
+
+
 def free_port() -> int:
     """A port that is free now and stays free until someone binds it on purpose.
 

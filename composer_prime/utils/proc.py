@@ -36,7 +36,15 @@ def pin_cpus(cpus: list[int], who: str) -> None:
     core; pinning gives each its own, so generation and training really overlap."""
     if not cpus:
         return
+    try:
+        check_cpus(cpus)
+    except ValueError as e:
+        raise SystemExit(f"{who}: {e}") from None
+    os.sched_setaffinity(0, set(cpus))
+
+
+def check_cpus(cpus: list[int]) -> None:
+    """Raise ValueError unless this process may run on every core in `cpus`."""
     available = os.sched_getaffinity(0)
     if missing := sorted(set(cpus) - available):
-        raise SystemExit(f"{who}: cpus {missing} are not available here (this process may use {sorted(available)})")
-    os.sched_setaffinity(0, set(cpus))
+        raise ValueError(f"cpus {missing} are not available here (this process may use {sorted(available)})")

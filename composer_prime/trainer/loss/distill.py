@@ -41,21 +41,24 @@ __all__ = ["DistillChannel", "DistillLossConfig", "Teacher"]
 class DistillLossConfig(Strict):
     """`trainer.loss.distill`: hint self-distillation; formulas above."""
 
-    # "jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the
-    # reverse KL at the token the student wrote, log p_S - log p_T acting as a per-token
-    # advantage (on-policy distillation; needs the trainer's teacher forward)
-    estimator: Literal["jsd", "sampled"] = "jsd"
-    beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
-    temperature: float = Field(1.0, gt=0.0)
-    top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
-    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
-    # the policy being trained, the initial weights, or a slow average of the policy (SDPO's
-    # regularised teacher: it does not follow the student into a collapse within a few steps)
-    teacher: Literal["current", "frozen", "ema"] = "current"
-    ema_rate: float = Field(0.05, gt=0.0, le=1.0)  # "ema": teacher += rate * (policy - teacher) after each step
-    # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
-    # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
-    scope: Literal["turn", "first_miss"] = "turn"
+    estimator: Literal["jsd", "sampled"] = Field(
+        "jsd", description='"jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the '
+                           "reverse KL at the token the student wrote, log p_S - log p_T as a per-token advantage "
+                           "(needs the trainer's teacher forward)")
+    beta: float = Field(0.5, ge=0.0, le=1.0, description="0: KL(teacher || student), 1: KL(student || teacher), "
+                                                         "between: JSD")
+    temperature: float = Field(1.0, gt=0.0, description="both distributions are softmaxes at this temperature")
+    top_k: int | None = Field(None, ge=1, description="restrict both to the teacher's top-k tokens")
+    clamp: float | None = Field(None, gt=0.0, description='cap on one token\'s divergence ("sampled": on '
+                                                          "|log p_S - log p_T|)")
+    teacher: Literal["current", "frozen", "ema"] = Field(
+        "current", description="the policy being trained, the initial weights, or a slow average of the policy "
+                               "(SDPO's regularised teacher: it does not follow the student into a collapse)")
+    ema_rate: float = Field(0.05, gt=0.0, le=1.0, description='"ema": teacher += rate * (policy - teacher) after '
+                                                              "each step")
+    scope: Literal["turn", "first_miss"] = Field(
+        "turn", description='"turn": every token of the error turn; "first_miss": only up to the first token the '
+                            "teacher would not have sampled")
 
 
 def _log_mix(x: torch.Tensor, a: float) -> torch.Tensor:

@@ -35,16 +35,18 @@ from composer_prime.trainer.loss import Channel, Context, LossInputs, token_logp
 class RLLossConfig(Strict):
     """`trainer.loss.rl`; formulas above and in docs/algorithms.md."""
 
-    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
-    eps_high: float = Field(0.28, ge=0.0)  # DAPO clip-higher
-    norm: Literal["token", "sequence", "constant"] = "token"  # DAPO token mean | GRPO sequence mean | Dr.GRPO constant
-    norm_constant: int = Field(128, ge=1)  # tokens per sequence for norm = "constant" (the generation budget)
-    off_policy: Literal["tis", "mask", "none"] = "tis"  # correction against the sampler's log-probs
-    is_cap: float = Field(2.0, gt=0.0)  # tis: min(pi_old/mu, is_cap), detached
-    mask_low: float = Field(0.5, ge=0.0)  # mask: keep tokens with mask_low <= pi_old/mu <= mask_high
-    mask_high: float = Field(2.0, gt=0.0)
-    two_sided_delta: float | None = Field(None, gt=1.0)  # INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); off by default
-    kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="lower clip: ratios below 1 - eps_low stop pushing")
+    eps_high: float = Field(0.28, ge=0.0, description="upper clip, DAPO clip-higher: 1 + eps_high")
+    norm: Literal["token", "sequence", "constant"] = Field(
+        "token", description="DAPO token mean | GRPO sequence mean | Dr.GRPO constant")
+    norm_constant: int = Field(128, ge=1, description='tokens per sequence for norm = "constant" (the generation budget)')
+    off_policy: Literal["tis", "mask", "none"] = Field("tis", description="correction against the sampler's log-probs")
+    is_cap: float = Field(2.0, gt=0.0, description="tis: min(pi_old/mu, is_cap), detached")
+    mask_low: float = Field(0.5, ge=0.0, description="mask: keep tokens with mask_low <= pi_old/mu <= mask_high")
+    mask_high: float = Field(2.0, gt=0.0, description="mask: the band's upper end")
+    two_sided_delta: float | None = Field(None, gt=1.0, description="INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); "
+                                                                    "off by default")
+    kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the frozen initial policy; 0 = no reference model")
 
 
 def off_policy_weight(old_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, cfg: RLLossConfig) -> torch.Tensor:

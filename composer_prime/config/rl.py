@@ -1,0 +1,67 @@
+"""`RLConfig`: the one config `rl` reads, split into one validated config per process.
+
+Top-level keys shared by every process (`model`, `seq_len`, `max_steps`, `output_dir`, `seed`)
+are filled into each section; a section that sets one to another value is a conflict, since
+processes that disagree on them cannot work together. `transport`, `weight_broadcast` and
+`resume` are filled in where a section leaves them out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from composer_prime.config.help import Section
+from composer_prime.config.loader import ConfigError, validate
+from composer_prime.config.models import (BatchTransportConfig, InferenceConfig, OrchestratorConfig, Shared,
+                                          TrainerConfig, WeightBroadcastConfig)
+
+SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
+
+
+class RLConfig(Shared):
+    """`uv run rl`: one config for inference, orchestrator and trainer (and relays), started together."""
+
+    resume: bool = Field(False, description="continue every process from the newest checkpoint in output_dir")
+    inference_replicas: int = Field(1, ge=1, description="inference servers on consecutive ports")
+    relays: int = Field(0, ge=0, description="local SHARDCAST relays between the origin and inference "
+                                             "(shardcast only)")
+    transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    inference: Annotated[dict, Section(InferenceConfig, SHARED_KEYS)] = Field(default_factory=dict)
+    orchestrator: Annotated[dict, Section(OrchestratorConfig, SHARED_KEYS)] = Field(default_factory=dict)
+    trainer: Annotated[dict, Section(TrainerConfig, SHARED_KEYS)] = Field(default_factory=dict)
+
+    def split(self, provenance: dict[str, str] | None = None
+              ) -> tuple[InferenceConfig, OrchestratorConfig, TrainerConfig]:
+        """Fill shared keys into each process config; a section that sets one differently is a conflict."""
+        provenance = provenance or {}
+        sections = {}
+        for name in ("inference", "orchestrator", "trainer"):
+            section = dict(getattr(self, name))
+            for key in SHARED_KEYS:
+                top = getattr(self, key)
+                top = str(top) if isinstance(top, Path) else top
+                if key in section and section[key] != top:
+                    where = provenance.get(f"{name}.{key}", "defaults")
+                    raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
+                section[key] = top
+            if name != "inference":
+                section.setdefault("transport", self.transport.model_dump())
+                section.setdefault("resume", self.resume)
+            if name == "trainer":
+                section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
+            sections[name] = section
+        inf = validate(InferenceConfig, sections["inference"], provenance, ("inference",))
+        for name in ("orchestrator", "trainer"):
+            sections[name].setdefault("inference_urls", [f"http://{inf.host}:{inf.port}"])
+        orch = validate(OrchestratorConfig, sections["orchestrator"], provenance, ("orchestrator",))
+        trainer = validate(TrainerConfig, sections["trainer"], provenance, ("trainer",))
+        for name, cls in trainer.loss.channel_classes().items():  # each channel's own checks against the orchestrator
+            try:
+                cls.check_run(trainer.loss.section(name), orch)
+            except ValueError as e:
+                raise ConfigError(f"trainer.loss.{name}.{e}") from None
+        return inf, orch, trainer

@@ -1,0 +1,44 @@
+"""Checks that a path can be used before a process starts work that needs it.
+
+A run that finds out after an hour of training that it cannot write its output directory has
+lost the hour; these run at start-up (and in a dry run) and say in one line what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def check_writable_dir(path: Path) -> None:
+    """Raise OSError unless `path` is, or can be created as, a directory this process can write."""
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists():  # the nearest existing ancestor decides whether the rest can be created
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{probe} is not a directory" + ("" if probe == path else f" (on the way to {path})"))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"{probe} is not writable" + ("" if probe == path else f" (on the way to {path})"))
+
+
+def check_readable_file(path: Path) -> None:
+    """Raise OSError unless `path` is a file this process can read."""
+    _check_readable(Path(path).expanduser(), directory=False)
+
+
+def check_readable_dir(path: Path) -> None:
+    """Raise OSError unless `path` is a directory this process can read."""
+    _check_readable(Path(path).expanduser(), directory=True)
+
+
+def _check_readable(path: Path, directory: bool) -> None:
+    if not path.exists():
+        raise FileNotFoundError(f"{'directory' if directory else 'file'} not found: {path}")
+    if path.is_dir() != directory:
+        kind = "directory" if directory else "file"
+        raise (NotADirectoryError if directory else IsADirectoryError)(f"{path} is not a {kind}")
+    if not os.access(path, os.R_OK | (os.X_OK if directory else 0)):
+        raise PermissionError(f"{path} is not readable")

@@ -1,0 +1,113 @@
+"""Run named processes together: tee their output, stop them all when one fails or on Ctrl-C.
+
+What `rl` does with inference, trainer, orchestrator and relays. Each process runs in its own
+session (so a stop reaches its whole process group: torchrun's ranks, vLLM's server) and dies
+with the supervisor. When one fails, the others are stopped quietly (their shutdown output goes
+to their logs only), the console ends with the failing process's own last line, named after it,
+and the supervisor exits with code 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from composer_prime.utils.proc import die_with_parent
+
+
+class Console:
+    """Tees each process's output to its log and, until the stop begins, to the console."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.failed: str | None = None  # the one process whose output stays on the console during the stop
+        self.last: dict[str, deque[str]] = {}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def attach(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
+        self.last[name] = deque(maxlen=1)
+        self.threads[name] = threading.Thread(target=self._pump, args=(name, proc, log_path), daemon=True)
+        self.threads[name].start()
+
+    def _pump(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
+        with log_path.open("a") as log:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                log.write(line)
+                log.flush()
+                if line.strip():
+                    self.last[name].append(line.strip().removeprefix(f"[{name}]").strip())
+                if self.stopping.is_set() and name != self.failed:
+                    continue
+                sys.stdout.write(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
+                sys.stdout.flush()
+
+    def last_line(self, name: str, wait_s: float = 10.0) -> str:
+        """The last line `name` printed, once its output is drained."""
+        self.threads[name].join(wait_s)
+        return self.last[name][-1] if self.last[name] else "(it printed nothing)"
+
+
+def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # > the vLLM engine's own 30 s shutdown
+    for p in procs.values():
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + grace_s
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: str, log: Path) -> None:
+    console.failed = name
+    console.stopping.set()
+    print(f"[rl] {name} {why}; stopping the others (log: {log})", flush=True)
+    stop(procs)
+    code = procs[name].returncode
+    died = f"killed by {_signal_name(-code)}; its last line: " if code < 0 else ""
+    print(f"{name}: {died}{console.last_line(name)}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env: dict[str, str]) -> None:
+    """Start every command; return once every process in `finish` has exited 0 (the others, servers,
+    are then stopped). Any other exit, and Ctrl-C or SIGTERM, stops everything and raises SystemExit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: dict[str, subprocess.Popen] = {}
+    console = Console()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        for name, cmd in commands.items():
+            procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                           start_new_session=True, preexec_fn=die_with_parent())
+            console.attach(name, procs[name], logs / f"{name}.log")
+        while True:
+            time.sleep(0.5)
+            if failed := [n for n, p in procs.items() if p.poll() not in (None, 0)]:
+                _fail(console, procs, failed[0], f"exited with code {procs[failed[0]].returncode}",
+                      logs / f"{failed[0]}.log")
+            if all(procs[n].poll() == 0 for n in finish):
+                break
+            if servers := [n for n in procs if n not in finish and procs[n].poll() == 0]:
+                _fail(console, procs, servers[0], "exited unexpectedly", logs / f"{servers[0]}.log")
+    except KeyboardInterrupt:
+        console.stopping.set()
+        print("[rl] interrupted; stopping all processes", flush=True)
+        stop(procs)
+        raise SystemExit(130) from None
+    stop(procs)

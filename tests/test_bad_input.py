@@ -1,0 +1,154 @@
+"""Bad input, as a new user types it: every command answers with one line naming what is wrong,
+exit code 2, no traceback, and writes nothing.
+
+Each row runs the real command as a subprocess. Checks made at config time run with --dry-run;
+a port in use is a real socket listening; output paths point into the test's own directory,
+which must not exist afterwards. (Environment rows live with the environment runtime's tests.)
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+OUT = {"rl": "--output_dir", "inference": "--output_dir", "orchestrator": "--output_dir", "trainer": "--output_dir",
+       "sft": "--output_dir", "relay": "--data_dir"}
+RELAY = ["--upstream", "http://127.0.0.1:1", "--public_key", "ab"]
+SFT = ["--data", "{jsonl}"]
+ROWS = [
+    # rl: ranges, types, keys, files, directories, cores, ports
+    ("rl", ["@", "configs/quickstart.toml", "--max_steps", "-5", "--dry-run"], "max_steps: Input should be greater than or equal to 1 (command line)"),
+    ("rl", ["--orchestrator.batch_size", "many", "--dry-run"], "orchestrator.batch_size: Input should be a valid integer"),
+    ("rl", ["--orchestrator.sampling.temperature", "0", "--dry-run"], "orchestrator.sampling.temperature: Input should be greater than 0"),
+    ("rl", ["--orchestrator.sampling.top_p", "1.5", "--dry-run"], "orchestrator.sampling.top_p: Input should be less than or equal to 1"),
+    ("rl", ["--trainer.optim.lr", "-1e-4", "--dry-run"], "trainer.optim.lr: Input should be greater than 0"),
+    ("rl", ["--inference.port", "70000", "--dry-run"], "inference.port: Input should be less than or equal to 65535"),
+    ("rl", ["--transport.address", "tcp://127.0.0.1:0", "--dry-run"], "transport.address: 'tcp://127.0.0.1:0' is not tcp://HOST:PORT"),
+    ("rl", ["--orchestrator.eval.interval", "0", "--dry-run"], "orchestrator.eval.interval: Input should be greater than or equal to 1"),
+    ("rl", ["--trainer.ckpt.keep_last", "0", "--dry-run"], "trainer.ckpt.keep_last: Input should be greater than or equal to 1"),
+    ("rl", ["--max_stepz", "5", "--dry-run"], "max_stepz: unknown key (command line)"),
+    ("rl", ["--model", "/nonexistent/path", "--dry-run"], "model: model directory not found: /nonexistent/path (command line)"),
+    ("rl", ["--model", "{dir}", "--dry-run"], "model: {dir} is not a model directory (it has no config.json)"),
+    ("rl", ["--model", "no-such-org/no-such-model", "--dry-run"],
+     "model: no directory no-such-org/no-such-model here, and HF_HUB_OFFLINE is set"),
+    ("rl", ["@", "{tmp}/missing.toml", "--dry-run"], "config file not found: {tmp}/missing.toml"),
+    ("rl", ["@", "{dir}", "--dry-run"], "cannot read config file {dir}: Is a directory"),
+    ("rl", ["--output_dir", "{file}", "--dry-run"], "output_dir: {file} is not a directory (command line)"),
+    ("rl", ["--output_dir", "{file}/run", "--dry-run"], "output_dir: {file} is not a directory (on the way to {file}/run)"),
+    ("rl", ["--trainer.cpus", "[4096]", "--dry-run"], "trainer.cpus: cpus [4096] are not available here"),
+    ("rl", ["--inference.port", "{port}"], "inference.port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("rl", ["--transport.address", "tcp://127.0.0.1:{port}"], "trainer.transport.address: cannot listen on 127.0.0.1:{port}"),
+    # each process alone
+    ("inference", ["--model", "/nonexistent/path", "--dry-run"], "model: model directory not found: /nonexistent/path"),
+    ("inference", ["--weights_path", "{tmp}/no-step", "--dry-run"], "weights_path: directory not found: {tmp}/no-step"),
+    ("inference", ["--max_model_len", "0", "--dry-run"], "max_model_len: Input should be greater than or equal to 2"),
+    ("inference", ["--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("orchestrator", ["--envs", "[]", "--dry-run"], "envs: List should have at least 1 item"),
+    ("orchestrator", ["--batch_size", "12", "--group_size", "8", "--dry-run"], "batch_size 12 x ratio 1 = 12 rollouts, not a positive multiple of its group size 8"),
+    ("orchestrator", ["--output_dir", "{file}", "--dry-run"], "output_dir: {file} is not a directory"),
+    ("trainer", ["--nproc", "0", "--dry-run"], "nproc: Input should be greater than or equal to 1"),
+    ("trainer", ["--model", "~/no/such/model", "--dry-run"], "model: model directory not found: ~/no/such/model"),
+    ("trainer", ["--transport.address", "tcp://127.0.0.1:{port}"], "transport.address: cannot listen on 127.0.0.1:{port}"),
+    ("relay", ["--dry-run"], "upstream: required; set it in a config file or with --upstream"),
+    ("relay", [*RELAY, "--poll_wait_s", "0", "--dry-run"], "poll_wait_s: Input should be greater than 0"),
+    ("relay", [*RELAY, "--data_dir", "{file}/relay", "--dry-run"], "data_dir: {file} is not a directory"),
+    ("relay", [*RELAY, "--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("sft", ["--data", "{tmp}/missing.jsonl", "--dry-run"], "data: file not found: {tmp}/missing.jsonl"),
+    ("sft", ["--data", "{dir}", "--dry-run"], "data: {dir} is not a file"),
+    ("sft", [*SFT, "--batch_size", "0", "--dry-run"], "batch_size: Input should be greater than or equal to 1"),
+    ("sft", [*SFT, "--output_dir", "{file}", "--dry-run"], "output_dir: {file} is not a directory"),
+    # composer-prime
+    ("cli", ["model", "/nonexistent/path"], "error: model directory not found: /nonexistent/path"),
+    ("cli", ["model", "{dir}"], "error: {dir} is not a model directory"),
+    ("cli", ["model"], "composer-prime model: error: the following arguments are required: name"),
+    ("cli", ["modle", "tiny"], "composer-prime: error: argument command: invalid choice: 'modle'"),
+    ("cli", ["env", "eval", "reverse-text", "--url", "http://x", "--model", "m", "--num-tasks", "x"],
+     "composer-prime env eval: error: argument -n/--num-tasks: invalid int value: 'x'"),
+    ("cli", ["env", "build", "{tmp}/missing"], "error: {tmp}/missing is not a directory"),
+]
+
+
+@pytest.fixture
+def taken_port():
+    """A port something is listening on, as another run's server would be."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def fill(text: str, subs: dict[str, str]) -> str:
+    for k, v in subs.items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
+@pytest.mark.parametrize("command, args, expected", ROWS, ids=[f"{c} {' '.join(a)}" for c, a, _ in ROWS])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(command, args, expected, tmp_path, taken_port):
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "ok.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}, '
+                                       '{"role": "assistant", "content": "hello"}]}\n')
+    subs = {"tmp": str(tmp_path), "file": str(tmp_path / "a-file"), "dir": str(tmp_path / "a-dir"),
+            "jsonl": str(tmp_path / "ok.jsonl"), "port": str(taken_port)}
+    argv = [fill(a, subs) for a in args]
+    if command in OUT and OUT[command] not in argv:  # any output lands where the test can see it
+        argv += [OUT[command], str(tmp_path / "run")]
+    if command in ("rl", "inference") and "--inference.port" not in argv and "--port" not in argv:
+        argv += ["--inference.port" if command == "rl" else "--port", str(free_port())]
+    if command in ("rl", "trainer") and "--transport.address" not in argv:
+        argv += ["--transport.address", f"tcp://127.0.0.1:{free_port()}"]
+    r = subprocess.run([sys.executable, "-m", f"composer_prime.entrypoints.{command}", *argv], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr + r.stdout
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert fill(expected, subs) in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "a-file/run").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "a-file", "ok.jsonl"]
+
+
+def as_nobody(fn) -> int:
+    """Run fn() in a child process without root's power over file modes; returns its exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            fn()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_read_only_output_dir_is_refused_before_anything_is_written(tmp_path, capfd):
+    from composer_prime.entrypoints.rl import main
+
+    base = Path(os.path.realpath("/tmp")) / f"bad-input-{os.getpid()}"  # every user can reach it, unlike tmp_path
+    for mode, name in ((0o777, "open"), (0o555, "read-only")):
+        (base / name).mkdir(parents=True)
+        (base / name).chmod(mode)
+    base.chmod(0o755)
+    try:
+        ports = ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
+        main(["--output_dir", str(tmp_path / "warm"), "--dry-run", *ports])  # imports what nobody could not read
+        assert as_nobody(lambda: main(["--output_dir", str(base / "open" / "run"), "--dry-run", *ports])) == 0
+        capfd.readouterr()
+        assert as_nobody(lambda: main(["--output_dir", str(base / "read-only" / "run"), "--dry-run", *ports])) == 2
+        err = capfd.readouterr().err
+        assert err.strip() == f"config error: output_dir: {base / 'read-only'} is not writable (on the way to " \
+                              f"{base / 'read-only' / 'run'}) (command line)"
+        assert (base / "open" / "run" / "configs" / "trainer.toml").exists()  # the control did write
+        assert list((base / "read-only").iterdir()) == []
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)

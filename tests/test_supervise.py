@@ -1,0 +1,79 @@
+"""When one process of a run fails, `rl`'s console ends with that process's own error line, and
+the processes it stops exit quietly: their shutdown output (a traceback, torchrun's
+SignalException) goes to their logs, never to the console."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from composer_prime.utils.supervise import supervise
+from tests.conftest import ROOT, free_port
+
+NOISY = ("import signal, sys, time\n"
+         "def die(*_): raise RuntimeError('noisy shutdown')\n"
+         "signal.signal(signal.SIGTERM, die)\n"
+         "print('serving', flush=True)\n"
+         "time.sleep(120)\n")
+FAILING = "import sys, time; time.sleep(3); print('step 1 done', flush=True); sys.exit('disk quota exceeded')"
+
+
+def test_the_console_ends_with_the_failing_process_line_and_the_stopped_stay_quiet(tmp_path, capfd):
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as e:
+            supervise({"server": [sys.executable, "-c", NOISY], "worker": [sys.executable, "-c", FAILING]},
+                      tmp_path / "logs", {"worker"}, dict(os.environ))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    out, err = capfd.readouterr()
+    assert e.value.code == 1
+    assert err.strip().splitlines()[-1] == "worker: disk quota exceeded"
+    assert "[worker] step 1 done" in out and "[server] serving" in out
+    assert "Traceback" not in out + err and "noisy shutdown" not in out + err
+    log = (tmp_path / "logs" / "server.log").read_text()
+    assert "RuntimeError: noisy shutdown" in log  # it did fail loudly, into its log only
+
+
+def test_a_killed_process_is_named_with_its_signal(tmp_path, capfd):
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as e:
+            supervise({"worker": [sys.executable, "-c", "import os, signal; print('about to die', flush=True); "
+                                                         "os.kill(os.getpid(), signal.SIGKILL)"]},
+                      tmp_path / "logs", {"worker"}, dict(os.environ))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert e.value.code == 1
+    assert capfd.readouterr().err.strip().splitlines()[-1] == "worker: killed by SIGKILL; its last line: about to die"
+
+
+def wait_for(path, text: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and proc.poll() is None:
+        if text in path.read_text():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no {text!r} in {timeout_s}s: {path.read_text()[-3000:]}")
+
+
+def test_a_stopped_trainer_exits_quietly(tmp_path, tiny_model_dir):
+    """torchrun turns SIGTERM into a SignalException traceback; the trainer entrypoint keeps it quiet."""
+    out = tmp_path / "trainer.out"
+    with out.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.trainer",
+                                 "--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "run"),
+                                 "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
+                                cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(out, "ready:", proc)
+        os.killpg(proc.pid, signal.SIGTERM)  # what rl does to a process it stops
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
