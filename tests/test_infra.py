@@ -58,6 +58,8 @@ def test_slurm_script_resolves_and_starts_three_processes(tmp_path):
     orch = tomllib.loads((tmp_path / "run/configs/orchestrator.toml").read_text())
     assert orch["inference_urls"] == ["http://node0:8000"] and orch["transport"]["address"] == "tcp://node1:5557"
     assert tomllib.loads((tmp_path / "run/configs/inference.toml").read_text())["host"] == "0.0.0.0"
+    assert orch["auth"]["keys_dir"] == str(tmp_path / "run/keys")  # the binds leave loopback: the plan names keys,
+    assert (tmp_path / "run/keys/trainer.key_secret").exists()  # and the script makes them
 
 
 def test_dockerfile_default_command_is_an_entrypoint():

@@ -39,6 +39,30 @@ class BatchTransportConfig(Strict):
     address: str = "tcp://127.0.0.1:5557"  # the trainer binds, the orchestrator connects
 
 
+class AuthConfig(Strict):
+    """Keys of processes that listen beyond loopback (transports/auth.py says which file is whose)."""
+
+    keys_dir: Path | None = None  # from `composer-prime keys make --out DIR`; `rl` uses <output_dir>/keys when needed
+
+
+class WandbConfig(Strict):
+    """Weights & Biases: metrics also go to W&B (utils/metrics.py); needs `uv sync --extra wandb`."""
+
+    mode: Literal["disabled", "online", "offline"] = "disabled"
+    project: str = "composer-prime"
+    entity: str | None = None
+    name: str | None = None  # each process logs its own run, <name>-trainer and <name>-orchestrator, grouped by name
+    dir: Path | None = None  # where W&B keeps its local files (offline runs); default the process's output_dir
+
+    @model_validator(mode="after")
+    def _check(self) -> "WandbConfig":
+        import importlib.util
+
+        if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
+            raise ValueError(f"mode \"{self.mode}\" needs the wandb package: uv sync --extra wandb")
+        return self
+
+
 class WeightBroadcastConfig(Strict):
     """How new weights reach inference. `filesystem`: a shared `weights/` directory and a POST to
     /update_weights. `shardcast`: the trainer runs a SHARDCAST origin; inference nodes download,
@@ -55,14 +79,14 @@ class WeightBroadcastConfig(Strict):
     key_path: Path | None = None  # ed25519 signing key; default <output_dir>/keys/trainer.ed25519
     # shardcast, inference side
     servers: CommaList = Field(default_factory=list)  # relays and/or the origin, e.g. ["http://relay:8200"]
-    public_key: str = ""  # the trainer's ed25519 public key, hex; nothing unsigned by it is loaded
+    public_key: str = ""  # the trainer's ed25519 public key: hex, or the file holding it (keys/trainer.ed25519.pub)
 
 
 class RelayConfig(Strict):
     """`uv run relay`: mirror SHARDCAST upstreams and re-serve them."""
 
     upstream: CommaList
-    public_key: str
+    public_key: str  # hex, or the file holding it (keys/trainer.ed25519.pub)
     host: str = "127.0.0.1"
     port: int = 8200
     data_dir: Path = Path("outputs/relay")
@@ -80,12 +104,16 @@ class InferenceConfig(Shared, Pinned):
     weights_path: Path | None = None  # start from this step directory (set on resume)
     weight_version: int = 0
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "InferenceConfig":
         wb = self.weight_broadcast
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
             raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
+        if any(a.split("=")[0] in ("--host", "--port") for a in self.vllm_args):
+            raise ValueError("vllm_args: --host and --port are not yours to set: vLLM's server listens on loopback "
+                             "behind ours (set inference.host and inference.port)")
         return self
 
 
@@ -159,7 +187,8 @@ class OrchestratorConfig(Shared, Pinned):
     max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
     max_concurrency: int = 32
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
-    resume: bool = False
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
@@ -248,6 +277,14 @@ class TrainerConfig(Shared, Pinned):
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
     resume: bool = False
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    def signing_key(self) -> Path:
+        """The SHARDCAST signing key: as configured, else in the keys directory, else <output_dir>/keys."""
+        from composer_prime.transports.auth import SIGNING_KEY
+
+        return self.weight_broadcast.key_path or Path(self.auth.keys_dir or Path(self.output_dir) / "keys") / SIGNING_KEY
 
 
 # ---------------------------------------------------------------- sft
@@ -275,6 +312,8 @@ class RLConfig(Shared):
     trainer: dict = Field(default_factory=dict)
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
     inference_replicas: int = Field(1, ge=1)  # inference servers on consecutive ports
     relays: int = Field(0, ge=0)  # local SHARDCAST relays between the origin and inference (shardcast only)
 
@@ -293,10 +332,12 @@ class RLConfig(Shared):
                     where = provenance.get(f"{name}.{key}", "defaults")
                     raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
                 section.setdefault(key, str(top) if isinstance(top, Path) else top)
+            section.setdefault("auth", self.auth.model_dump())
             if name != "inference":
                 section.setdefault("transport", self.transport.model_dump())
+                section.setdefault("wandb", self.wandb.model_dump())
+            if name == "trainer":  # the trainer decides where a run resumes; the orchestrator follows it
                 section.setdefault("resume", self.resume)
-            if name == "trainer":
                 section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
             out.append((name, cls, section))
         inf = validate(InferenceConfig, out[0][2], provenance, ("inference",))

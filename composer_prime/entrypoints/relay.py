@@ -6,6 +6,7 @@ import asyncio
 import sys
 
 from composer_prime.config import RelayConfig, load_or_exit
+from composer_prime.transports.auth import public_key
 from composer_prime.transports.weights.shardcast.relay import Relay, serve
 
 
@@ -14,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
     if dry_run:
         return
     log = lambda m: print(m, flush=True)  # noqa: E731
-    relay = Relay(cfg.upstream, cfg.data_dir, cfg.public_key, cfg.keep_last, cfg.poll_wait_s, log=log)
+    relay = Relay(cfg.upstream, cfg.data_dir, public_key(cfg.public_key), cfg.keep_last, cfg.poll_wait_s, log=log)
     log(f"[relay] mirroring {', '.join(cfg.upstream)} on http://{cfg.host}:{cfg.port} ({cfg.data_dir})")
     asyncio.run(serve(relay, cfg.host, cfg.port))
 

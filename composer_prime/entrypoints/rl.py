@@ -17,9 +17,10 @@ from pathlib import Path
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import parse_argv, validate
-from composer_prime.config.plan import plan
+from composer_prime.config.plan import Process, plan
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
+from composer_prime.transports import auth
 from composer_prime.transports.weights import filesystem
 from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.report import write_report
@@ -58,6 +59,15 @@ def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # 
             p.wait()
 
 
+def make_keys(processes: list[Process]) -> None:
+    """Create the key files the plan names (only those missing): at launch, never for --dry-run."""
+    for p in processes:
+        if getattr(p.config, "auth", None) is not None and p.config.auth.keys_dir is not None:
+            auth.make_keys(p.config.auth.keys_dir)
+        if p.name == "trainer" and p.config.weight_broadcast.type == "shardcast":
+            auth.ensure_signing_key(p.config.signing_key())
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg, provenance, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
@@ -78,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
+    make_keys(processes)
     resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before the processes race
     (run / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),

@@ -6,7 +6,20 @@ import os
 import sys
 
 from composer_prime.config import TrainerConfig, load_or_exit
+from composer_prime.transports import auth
 from composer_prime.utils.net import free_port
+
+
+def check_keys(cfg: TrainerConfig) -> None:
+    """Refuse to start unprotected or without a key it will need: here, in one line, rather than from
+    inside torchrun (whose report of a failed rank is many lines)."""
+    keys = cfg.auth.keys_dir
+    auth.require("transport.address", auth.zmq_host(cfg.transport.address), keys is not None, "push training batches")
+    if keys is not None:
+        auth.curve_keys(keys, "trainer", "orchestrator")
+        auth.token(keys)
+    if cfg.weight_broadcast.type == "shardcast" and not cfg.signing_key().exists():
+        auth.refuse(f"weight_broadcast.key_path {cfg.signing_key()}: no signing key; {auth.HOW}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(TrainerConfig, argv)
     if dry_run:
         return
+    check_keys(cfg)
     if "LOCAL_RANK" in os.environ:  # already under torchrun
         from composer_prime.trainer.train import main as train
 

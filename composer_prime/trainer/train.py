@@ -6,7 +6,6 @@ hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,9 +22,11 @@ from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, tota
 from composer_prime.trainer.teacher import ema_update, needs_forward, teacher_targets
 from composer_prime.trainer.model import device_type, frozen_copy, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
+from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
-from composer_prime.transports.weights.publish import Publisher, make_publisher
+from composer_prime.transports.weights.publish import FilesystemPublisher, Publisher, ShardcastPublisher
+from composer_prime.utils.metrics import MetricsLog
 
 
 def log(msg: str) -> None:
@@ -34,23 +35,25 @@ def log(msg: str) -> None:
 
 
 def receive(receiver: BatchReceiver | None, step: int) -> Batch:
-    """Rank 0 waits for the batch of `step` (older ones, resent before a restart, are dropped)."""
+    """Rank 0 waits for the batch of `step`, telling the orchestrator every second that it does (so after
+    a restart the orchestrator regenerates from here). Batches of other steps were meant for the trainer
+    before a restart, older or queued ahead of it: dropped."""
     box: list = [None]
     if receiver is not None:
-        waited = time.time()
+        waited, said = time.time(), time.time()
         while box[0] is None:
+            receiver.announce(step)
             try:
-                batch = receiver.recv(timeout_s=30)
+                batch = receiver.recv(timeout_s=1)
             except SchemaError as e:
                 print(f"[trainer] rejected a message: {e}", flush=True)
                 continue
-            if batch is None:
+            if batch is None and time.time() - said > 30:
                 print(f"[trainer] waiting for batch {step} ({time.time() - waited:.0f}s)", flush=True)
-            elif batch.step < step:
-                print(f"[trainer] dropped batch {batch.step}: already trained past it", flush=True)
-            elif batch.step > step:
-                raise RuntimeError(f"received batch {batch.step} while expecting {step}: orchestrator and trainer disagree")
-            else:
+                said = time.time()
+            elif batch is not None and batch.step != step:
+                print(f"[trainer] dropped batch {batch.step}: expecting {step}", flush=True)
+            elif batch is not None:
                 box[0] = batch
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -65,6 +68,14 @@ def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: in
         publisher.publish(step, path)
         filesystem.prune(root, cfg.weight_broadcast.keep_last)
     dist.barrier()
+
+
+def make_publisher(cfg: TrainerConfig) -> Publisher:
+    wb = cfg.weight_broadcast
+    if wb.type == "shardcast":
+        return ShardcastPublisher(cfg.signing_key(), Path(cfg.output_dir) / "shardcast", wb.host, wb.port, wb.shard_size,
+                                  wb.keep_last, wb.delta, cfg.inference_urls)
+    return FilesystemPublisher(cfg.inference_urls, auth.token(cfg.auth.keys_dir))
 
 
 def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_model=None, teacher_model=None) -> dict[str, float]:
@@ -141,20 +152,16 @@ def main(argv: list[str] | None = None) -> None:
 
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     start = 0
-    metrics_path = run / "trainer" / "metrics.jsonl"
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
         checkpoint.load(path, model, optim, ema)
         log(f"resumed from {path} (step {start})")
-        if dist.get_rank() == 0 and metrics_path.exists():  # forget steps the checkpoint does not contain
-            lines = [ln for ln in metrics_path.read_text().splitlines() if json.loads(ln)["step"] < start]
-            metrics_path.write_text("".join(ln + "\n" for ln in lines))
         publish(cfg, model, model_dir, start, publisher)
-    elif dist.get_rank() == 0:
-        metrics_path.unlink(missing_ok=True)
-    receiver = BatchReceiver(cfg.transport.address) if dist.get_rank() == 0 else None
-    if dist.get_rank() == 0:
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    sink, receiver = None, None
+    if dist.get_rank() == 0:  # rows of steps the checkpoint does not contain are forgotten
+        sink = MetricsLog(run, "trainer", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
+        keys = auth.curve_keys(cfg.auth.keys_dir, "trainer", "orchestrator") if cfg.auth.keys_dir else None
+        receiver = BatchReceiver(cfg.transport.address, keys)
     log(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
     for step in range(start, cfg.max_steps):
@@ -166,9 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.
         if dist.get_rank() == 0:
-            row = {"step": step, "compute_s": compute_s, "time": time.time(), **metrics}
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            sink.log({"step": step, "compute_s": compute_s, "time": time.time(), **metrics,
+                      "transport/refused": receiver.stats["refused"]})
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, ema)
         publish(cfg, model, model_dir, step + 1, publisher)
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()
+        sink.close()
     if publisher is not None:
         publisher.close()
     log("done")
