@@ -13,7 +13,7 @@ import torch
 import zmq
 from safetensors.torch import load_file
 
-from composer_prime.config import RLConfig
+from composer_prime.config import InferenceConfig, RLConfig
 from composer_prime.config.plan import plan
 from composer_prime.transports.auth import TOKEN_FILE, curve_keys, make_keys
 from composer_prime.transports.batches.schema import Batch, Sample, encode
@@ -88,6 +88,11 @@ def test_rl_plans_keys_for_all_three_once_one_listens_beyond_loopback(tmp_path):
     assert not (tmp_path / "run").exists()  # planning names the keys; rl makes them when it launches
     loopback = plan(RLConfig.model_validate({"output_dir": str(tmp_path / "run")}))
     assert [p.config.auth.keys_dir for p in loopback] == [None, None, None]
+
+
+def test_vllm_server_address_is_not_configurable():
+    with pytest.raises(ValueError, match="--host and --port are set by composer-prime"):
+        InferenceConfig.model_validate({"vllm_args": ["--host=0.0.0.0"]})
 
 
 @pytest.mark.parametrize("entrypoint, args", [

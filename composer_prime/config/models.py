@@ -112,8 +112,8 @@ class InferenceConfig(Shared, Pinned):
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
             raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
         if any(a.split("=")[0] in ("--host", "--port") for a in self.vllm_args):
-            raise ValueError("vllm_args: --host and --port are not yours to set: vLLM's server listens on loopback "
-                             "behind ours (set inference.host and inference.port)")
+            raise ValueError("vllm_args: --host and --port are set by composer-prime (vLLM's server listens on "
+                             "loopback behind ours); set inference.host and inference.port instead")
         return self
 
 
