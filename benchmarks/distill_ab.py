@@ -40,7 +40,7 @@ ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
 DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
 # The baseline and the distill arms; each distill arm differs from "grpo" only in its own flags.
 ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0}"],
-        "grpo+distill": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
+        "grpo+distill": [*DISTILL_ON, "--trainer.loss.distill.teacher", "current", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-w0": [*DISTILL_ON, "--trainer.loss.weights", "{rl = 1.0, distill = 0.0}"],
         "grpo+distill-ema": [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-frozen": [*DISTILL_ON, "--trainer.loss.distill.teacher", "frozen", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],

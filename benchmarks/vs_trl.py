@@ -132,7 +132,7 @@ def trl_main(seed: int, out: str) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from composer_prime.model.resolve import resolve_model
-    from composer_prime.orchestrator.envs import load_tasks, messages, score
+    from composer_prime.env_runtime.tasksets import load_tasks, messages, score
 
     torch.set_num_threads(os.cpu_count() or 1)
     path = resolve_model("tiny")

@@ -11,9 +11,11 @@ from safetensors.torch import save_file
 
 from composer_prime.config.models import TrainerConfig
 from composer_prime.trainer import checkpoint
+from composer_prime.trainer.loss import Context, Objective
+from composer_prime.trainer.loss.distill import Teacher
 from composer_prime.trainer.model import frozen_copy, full_state_dict, load_model, shard
 from composer_prime.trainer.train import train_step
-from composer_prime.transports.batches.schema import Batch, Sample, Teacher
+from composer_prime.transports.batches.schema import Batch, Sample
 
 
 def fixed_batch(distill: bool) -> Batch:
@@ -30,7 +32,8 @@ def fixed_batch(distill: bool) -> Batch:
                    [0.0] * n_prompt + [adv] * n_out, {"rl": [0.0] * n_prompt + [1.0] * n_out})
         if distill:
             hint = [rng.randrange(3, 500) for _ in range(4)] if i == 0 else []
-            s.teachers = [Teacher(ids[:n_prompt] + hint + ids[n_prompt:], n_prompt + len(hint), n_prompt, n_out)] if i == 0 else []
+            if i == 0:
+                s.channel_data["distill"] = [Teacher(ids[:n_prompt] + hint + ids[n_prompt:], n_prompt + len(hint), n_prompt, n_out)]
             s.channel_weights["distill"] = [0.0] * n_prompt + [float(i == 0)] * n_out
         samples.append(s)
     return Batch(step=0, samples=samples)
@@ -47,17 +50,20 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
     torch.set_num_threads(1)
     cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
     model = shard(load_model(model_dir))
-    ref = frozen_copy(model_dir) if cfg.loss.rl.kl_coef > 0 else None
-    ema = frozen_copy(model_dir) if cfg.loss.distill.teacher == "ema" else None
+    objective = Objective(cfg.loss, Context(model, model_dir, pad_id=0))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    metrics = train_step(cfg, model, optim, fixed_batch("distill" in cfg.loss.weights), pad_id=0, ref_model=ref, teacher_model=ema)
+    batch = fixed_batch("distill" in cfg.loss.weights)
+    objective.check(batch)  # as on arrival
+    metrics = train_step(cfg, model, optim, batch, objective, pad_id=0)
     dump(model, f"{out}/weights.safetensors")
-    if ema is not None:  # the teacher after its update, and as a resumed run reads it back from a checkpoint
+    extra = objective.modules()
+    if extra:  # the EMA teacher after its update, and as a resumed run reads it back from a checkpoint
+        (label, ema), = extra.items()
         dump(ema, f"{out}/teacher.safetensors")
-        checkpoint.save(Path(out) / "ckpt", 1, model, optim, keep_last=1, teacher=ema)
-        fresh = frozen_copy(model_dir)
+        checkpoint.save(Path(out) / "ckpt", 1, model, optim, keep_last=1, extra=extra)
+        fresh = {label: frozen_copy(model_dir)}
         checkpoint.load(Path(out) / "ckpt" / "step_1", model, optim, fresh)
-        dump(fresh, f"{out}/teacher_resumed.safetensors")
+        dump(fresh[label], f"{out}/teacher_resumed.safetensors")
         checkpoint.save(Path(out) / "ckpt", 2, model, optim, keep_last=2)  # a run started without the EMA teacher
         try:
             checkpoint.load(Path(out) / "ckpt" / "step_2", model, optim, fresh)

@@ -2,18 +2,21 @@
 alignment of teacher and student positions, the trainer-side teacher forward, the top-k teacher
 from inference, and an empty hint giving exactly zero loss and gradient."""
 
+from dataclasses import asdict
+
 import pytest
 import torch
 from transformers import AutoTokenizer
 
 from composer_prime.config.models import LossConfig
-from composer_prime.orchestrator.episode import Turn, tool_message
+from composer_prime.env_runtime.turns import Turn, tool_message
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.trainer.data import collate
-from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
+from composer_prime.trainer.loss import Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import load_model
-from composer_prime.trainer.teacher import teacher_targets
-from composer_prime.transports.batches.schema import Batch, SchemaError, Sample, Teacher, decode, encode
+from composer_prime.trainer.loss.distill import DistillChannel, DistillLossConfig, Teacher
+from composer_prime.trainer.loss.distill_teacher import teacher_targets
+from composer_prime.transports.batches.schema import Batch, SchemaError, Sample, decode, encode
 from composer_prime.utils.chat import continuation_ids, encode_chat
 
 SYSTEM = 'Use calc: <tool_call>{"name": "calc", "arguments": {"expr": "12 * 34"}}</tool_call> then reply with the result.'
@@ -54,7 +57,18 @@ def sample_with(ids: list[int], teachers: list[Teacher], rl: bool = False) -> Sa
     for t in teachers:
         distill[t.student_start: t.student_start + t.length] = [1.0] * t.length
     weights = {"distill": distill} | ({"rl": [float(w > 0) for w in distill]} if rl else {})
-    return Sample(ids, [0.0] * len(ids), [0.0] * len(ids), weights, teachers=teachers)
+    return checked(Sample(ids, [0.0] * len(ids), [0.0] * len(ids), weights, channel_data={"distill": [asdict(t) for t in teachers]}))
+
+
+def checked(sample: Sample) -> Sample:
+    """What the trainer does on arrival: the distill channel parses and checks its data."""
+    DistillChannel(DistillLossConfig()).check(sample)
+    return sample
+
+
+def targets_of(model, mb, logits, teacher_is_student: bool = True):
+    items = [(row, t) for row, views in mb.channel_data["distill"] for t in views]
+    return teacher_targets(model, mb.input_ids, items, logits, 0, forward=True, teacher_is_student=teacher_is_student)
 
 
 def distill_loss_of(model, samples: list[Sample], cfg: LossConfig | None = None):
@@ -64,10 +78,10 @@ def distill_loss_of(model, samples: list[Sample], cfg: LossConfig | None = None)
     logits = model(input_ids=mb.input_ids).logits[:, :-1]
     logits.retain_grad()
     lp = token_logprobs(logits, mb.input_ids[:, 1:])
-    teacher = teacher_targets(model, mb, logits, 0, forward=True, teacher_is_student=True)
+    teacher = targets_of(model, mb, logits)
     counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
-    loss, stats = total_loss(LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, {}, logits, teacher),
-                             mb.channel_weights, counts, cfg)
+    loss, stats = Objective(cfg).loss(LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, logits),
+                                      mb.channel_weights, counts, {"distill": teacher})
     loss.backward()
     return loss, stats, logits, teacher
 
@@ -87,7 +101,7 @@ def test_teacher_positions_hold_the_students_tokens(tok, model, question, error_
     s = sample_with(ids, [t])
     mb = collate([s], 0, ["distill"])
     logits = model(input_ids=mb.input_ids).logits[:, :-1].detach()
-    targets = teacher_targets(model, mb, logits, 0, forward=True, teacher_is_student=True)
+    targets = targets_of(model, mb, logits)
     direct = model(input_ids=torch.tensor([t.input_ids])).logits[0].detach()
     for i, (r, c) in enumerate(zip(targets.rows.tolist(), targets.cols.tolist())):
         token = mb.input_ids[r, c + 1].item()  # shifted column c predicts token c + 1
@@ -142,13 +156,15 @@ def test_top_k_teacher_from_inference_matches_top_k_on_full_logits(tok, model):
 def test_teachers_survive_the_wire_and_bad_ones_are_refused(tok):
     ids, turns, opening = conversation(tok, "12 + 34", [WRONG % "12 + 34", RIGHT % "12 + 34"])
     t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
-    back = decode(encode(Batch(3, [sample_with(ids, [t])]))).samples[0]
-    assert back.teachers == [t]
+    sent = sample_with(ids, [t])
+    sent.channel_data["distill"] = [asdict(v) for v in sent.channel_data["distill"]]
+    back = checked(decode(encode(Batch(3, [sent]))).samples[0])
+    assert back.channel_data["distill"] == [t]
     shifted = Teacher(t.input_ids, t.start + 1, t.student_start, t.length)  # off by one: another token
     with pytest.raises(SchemaError, match="not the student's"):
         sample_with(ids, [shifted])
     with pytest.raises(SchemaError, match="without a teacher"):
-        Sample(ids, [0.0] * len(ids), [0.0] * len(ids), {"distill": [1.0] * len(ids)}, teachers=[t])
+        checked(Sample(ids, [0.0] * len(ids), [0.0] * len(ids), {"distill": [1.0] * len(ids)}, channel_data={"distill": [asdict(t)]}))
 
 
 def test_a_frozen_teacher_is_scored_by_its_own_weights(tok, model, tiny_model_dir):
@@ -161,7 +177,7 @@ def test_a_frozen_teacher_is_scored_by_its_own_weights(tok, model, tiny_model_di
             p.add_(0.01 * torch.randn_like(p))  # other weights than the student's
     mb = collate([sample_with(ids, [plain, hinted])], 0, ["distill"])
     logits = model(input_ids=mb.input_ids).logits[:, :-1].detach()
-    targets = teacher_targets(frozen, mb, logits, 0, forward=True, teacher_is_student=False)
+    targets = targets_of(frozen, mb, logits, teacher_is_student=False)
     # not reused even for the empty hint: the teacher is another model
     want = [frozen(input_ids=torch.tensor([t.input_ids])).logits[0, t.start - 1: t.start - 1 + t.length].detach()
             for t in (plain, hinted)]

@@ -90,8 +90,8 @@ def inference(hf_inference):
 
 
 def test_eval_against_our_inference_server(inference, tmp_path, capsys):
-    from composer_prime.envs.hub.loading import load_env
-    from composer_prime.orchestrator.envs import score
+    from composer_prime.hub.loading import load_env
+    from composer_prime.env_runtime.tasksets import score
 
     out = tmp_path / "results.jsonl"
     assert cli("eval", "reverse-text", "--url", inference, "--model", "tiny", "-n", "6", "--max-tokens", "16",
@@ -151,3 +151,32 @@ def test_eval_runs_tool_conversations(tmp_path, capsys):
 def test_tool_calc_passes_validate(capsys):
     assert cli("validate", "tool-calc", "-n", "4") == 0
     assert "OK: tool-calc: 4/4 tasks valid" in capsys.readouterr().out
+
+
+def test_a_scaffold_as_generated_validates_and_trains_two_rl_steps(tmp_path):
+    """The user's path: `env init`, `env validate`, then `rl` on it (installed here by putting its
+    directory on PYTHONPATH, as `uv pip install -e` would make it importable)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def run(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "fresh-env")}
+        r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, (argv[:3], r.stdout[-3000:], r.stderr[-3000:])
+        return r
+
+    run("composer_prime.entrypoints.cli", "env", "init", "fresh-env", "--dir", str(tmp_path))
+    assert "OK: fresh-env: 20/20 tasks valid" in run("composer_prime.entrypoints.cli", "env", "validate",
+                                                     str(tmp_path / "fresh-env")).stdout
+    out = tmp_path / "run"
+    run("composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "--orchestrator.envs", '[{id="fresh-env"}]',
+        "--output_dir", str(out), "--max_steps", "2", "--inference.port", str(free_port()), "--transport.address",
+        f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4",
+        "--orchestrator.eval.num_tasks", "4", "--orchestrator.dynamic_sampling", "false", timeout=900)
+    orch = [json.loads(ln) for ln in (out / "orchestrator" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in orch if "rollouts" in r] == [0, 1] and "eval/fresh-env/reward" in orch[0]
+    trainer = [json.loads(ln) for ln in (out / "trainer" / "metrics.jsonl").read_text().splitlines()]
+    assert [t["step"] for t in trainer] == [0, 1] and all(t["trained_tokens"] > 0 for t in trainer)

@@ -1,9 +1,9 @@
 """Error-site detection: each kind on real parser output, the priority between kinds, one site
 per turn, clean turns, rollouts without schemas, and an environment's own rule."""
 
-from composer_prime.orchestrator.episode import Turn
-from composer_prime.orchestrator.error_sites import ErrorSite, detect, site_counts
-from composer_prime.orchestrator.tool_calls import parse_tool_call
+from composer_prime.env_runtime.turns import Turn
+from composer_prime.env_runtime.error_sites import ErrorSite, detect, site_counts
+from composer_prime.env_runtime.tool_calls import parse_tool_call
 
 CALC = {"type": "function", "function": {
     "name": "calc", "description": "integer arithmetic",

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from composer_prime.orchestrator.error_sites import ErrorSite
+from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.orchestrator.hints import (ChainHinter, EnvHinter, HintContext, LLMHinter, TemplateHinter,
                                                make_hinter)
 

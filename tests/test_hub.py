@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from composer_prime.envs.hub.files import collect_files, content_hash
-from composer_prime.envs.hub.scaffold import scaffold
+from composer_prime.hub.files import collect_files, content_hash
+from composer_prime.hub.scaffold import scaffold
 from tests.conftest import ROOT, free_port, start_until_ready
 
 KEY = "stand-in-test-key"
@@ -27,7 +27,7 @@ def hub(tmp_path_factory):
     data = tmp_path_factory.mktemp("hub-data")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([sys.executable, "-m", "composer_prime.envs.hub.standin", "--port", str(port),
+    proc = start_until_ready([sys.executable, "-m", "tests.hub_standin", "--port", str(port),
                               "--data", str(data), "--api-key", KEY], lambda: httpx.get(f"{url}/_standin/health").json()["standin"],
                              timeout_s=60)
     yield SimpleNamespace(url=url, data=data, home=tmp_path_factory.mktemp("home"))

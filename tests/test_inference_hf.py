@@ -115,7 +115,7 @@ def test_the_llm_hinter_works_against_our_own_server(server, tmp_path):
     but it is a real chat completion through the real route)."""
     import asyncio
 
-    from composer_prime.orchestrator.error_sites import ErrorSite
+    from composer_prime.env_runtime.error_sites import ErrorSite
     from composer_prime.orchestrator.hints import HintContext, LLMHinter
     from tool_calc.taskset import CALC_SCHEMA
 

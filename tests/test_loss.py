@@ -5,10 +5,9 @@ import math
 import pytest
 import torch
 
-from composer_prime.config.models import LossConfig, RLLossConfig
-from composer_prime.trainer.loss import Counts, LossInputs, total_loss
-from composer_prime.trainer.loss.ce import token_logprobs
-from composer_prime.trainer.loss.rl import rl_loss
+from composer_prime.config.models import LossConfig
+from composer_prime.trainer.loss import Counts, LossInputs, Objective, token_logprobs
+from composer_prime.trainer.loss.rl import RLLossConfig, rl_loss
 
 CFG = RLLossConfig(eps_low=0.2, eps_high=0.28, is_cap=2.0)
 
@@ -80,7 +79,7 @@ def two_sequences(norm: str):
     adv = torch.tensor([[-1.0, -1.0, 0.0, 0.0], [-2.0] * 4])
     w = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0] * 4])
     cfg = LossConfig(rl=RLLossConfig(norm=norm, norm_constant=4))
-    loss, _ = total_loss(LossInputs(lp, lp.detach(), lp.detach(), adv), {"rl": w}, Counts({"rl": 6}, {"rl": 2}), cfg)
+    loss, _ = Objective(cfg).loss(LossInputs(lp, lp.detach(), lp.detach(), adv), {"rl": w}, Counts({"rl": 6}, {"rl": 2}))
     loss.backward()
     return loss.item(), lp.grad[0, 0].item(), lp.grad[1, 0].item()
 
@@ -99,7 +98,7 @@ def test_channels_are_normalised_by_their_own_token_counts():
     weights = {"rl": torch.tensor([[1.0, 1.0, 0.0]]), "ce": torch.tensor([[0.0, 0.0, 1.0]])}
     adv = torch.tensor([[0.5, -1.0, 0.0]])
     x = LossInputs(lp, lp.detach(), lp.detach(), adv)
-    loss, stats = total_loss(x, weights, Counts({"rl": 4, "ce": 2}, {"rl": 2, "ce": 1}), LossConfig(weights={"rl": 1.0, "ce": 0.5}))
+    loss, stats = Objective(LossConfig(weights={"rl": 1.0, "ce": 0.5})).loss(x, weights, Counts({"rl": 4, "ce": 2}, {"rl": 2, "ce": 1}))
     # rl: -(0.5 - 1.0) / 4 = 0.125 ; ce: 3.0 / 2 = 1.5, times 0.5 -> 0.75
     assert loss.item() == pytest.approx(0.125 + 0.75)
     assert stats["loss/rl"].item() == pytest.approx(0.125) and stats["loss/ce"].item() == pytest.approx(1.5)
@@ -110,7 +109,7 @@ def test_channels_are_normalised_by_their_own_token_counts():
 def test_unknown_channel_is_an_error():
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="unknown loss channel 'distil'"):
-        total_loss(LossInputs(lp, lp, lp, lp), {"distil": torch.ones(1, 2)}, Counts({"distil": 2}, {}), LossConfig())
+        Objective(LossConfig()).loss(LossInputs(lp, lp, lp, lp), {"distil": torch.ones(1, 2)}, Counts({"distil": 2}, {}))
 
 
 def test_token_logprobs_apply_temperature():

@@ -10,13 +10,13 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from composer_prime.config.models import DistillConfig, SamplingConfig
+from composer_prime.config.models import SamplingConfig
 from composer_prime.orchestrator.client import Completion
-from composer_prime.orchestrator.distill import Distiller, DistillStats
-from composer_prime.orchestrator.envs import load_tasks
-from composer_prime.orchestrator.error_sites import ErrorSite
+from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats, distill_only, with_teachers
+from composer_prime.env_runtime.tasksets import load_tasks
+from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.orchestrator.rollouts import rollout
-from composer_prime.orchestrator.tool_calls import parse_tool_call
+from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.utils.chat import encode_chat
 
 
@@ -122,18 +122,18 @@ def test_error_turns_become_hinted_teachers_over_the_same_tokens(tok, task):
     assert r.sites == [ErrorSite(0, "unknown_tool", "unknown tool 'calculator'; the tools are: calc", "calculator"),
                        ErrorSite(2, "format", "the final reply must be the number only")]
     stats = DistillStats()
-    asyncio.run(Distiller(DistillConfig(enabled=True), tok, client=None).attach(r, stats))
-    assert (stats.sites, stats.hinted) == (2, 2) and len(r.teachers) == 2
+    teachers = asyncio.run(Distiller(DistillConfig(enabled=True), tok, client=None).attach(r, stats))
+    assert (stats.sites, stats.hinted) == (2, 2) and len(teachers) == 2
     ids = r.prompt_ids + r.completion_ids
     hint = 'The only tool is `calc`, not `calculator`: <tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_call>'
-    first = r.teachers[0]  # the environment's hint, as a user message before the error turn
+    first = teachers[0]  # the environment's hint, as a user message before the error turn
     assert first.input_ids[: first.start] == encode_chat(tok, r.opening + [{"role": "user", "content": hint}])
-    for t, turn in zip(r.teachers, (r.turns[0], r.turns[2])):
+    for t, turn in zip(teachers, (r.turns[0], r.turns[2])):
         assert (t.student_start, t.length) == (len(r.prompt_ids) + turn.start, turn.end - turn.start)
         assert t.input_ids[t.start:] == ids[t.student_start: t.student_start + t.length]
-    sample = r.to_sample(advantage=0.0, temperature=1.0, seq_len=512, rl=False)
+    sample = distill_only(r, teachers, temperature=1.0, seq_len=512)
     on = [i for i, w in enumerate(sample.channel_weights["distill"]) if w]
-    assert on == [i for t in r.teachers for i in range(t.student_start, t.student_start + t.length)]
+    assert on == [i for t in teachers for i in range(t.student_start, t.student_start + t.length)]
     assert sum(sample.channel_weights["rl"]) == 0  # a distill-only sample
     # cut inside the last error turn: that teacher is dropped, the first stays
-    assert len(r.to_sample(0.0, 1.0, r.teachers[1].student_start + 2).teachers) == 1
+    assert len(with_teachers(r.to_sample(0.0, 1.0, teachers[1].student_start + 2), teachers).channel_data["distill"]) == 1

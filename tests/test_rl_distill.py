@@ -41,7 +41,9 @@ def test_distill_loss_is_nonzero_in_every_step_with_error_sites(tmp_path, calc_a
                          "--model", str(calc_agent), "--output_dir", str(run), "--max_steps", str(STEPS),
                          "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
                          "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4", "--orchestrator.eval.num_tasks", "4",
-                         "--orchestrator.distill.teacher", teacher],
+                         "--orchestrator.distill.teacher", teacher,
+                         # the inference teacher scores with the served policy; the config's EMA teacher lives in the trainer
+                         *(["--trainer.loss.distill.teacher", "current"] if teacher == "inference" else [])],
                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert rl.returncode == 0, (rl.stdout + rl.stderr)[-3000:]
     orch = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "distill/sites" in r]

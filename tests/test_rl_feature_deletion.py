@@ -25,7 +25,7 @@ def test_one_rl_step_on_feature_deletion(tmp_path, tiny_model_dir):
                 "--out", str(tasks), "--max-tasks", "2")
     assert built.returncode == 0, built.stderr[-2000:]
 
-    from composer_prime.orchestrator.envs import load_tasks, messages
+    from composer_prime.env_runtime.tasksets import load_tasks, messages
 
     demos = tmp_path / "demos.jsonl"
     prompts = [messages(t) for t in load_tasks("feature-deletion", {"taskset_dir": str(tasks)})]
@@ -53,11 +53,11 @@ def test_one_rl_step_on_feature_deletion(tmp_path, tiny_model_dir):
 
 
 def test_a_missing_task_set_is_a_clear_error(tmp_path):
-    from composer_prime.orchestrator.envs import load_tasks
+    from composer_prime.env_runtime.tasksets import EnvError, load_tasks
 
     try:
         load_tasks("feature-deletion", {"taskset_dir": str(tmp_path / "nope")})
-    except SystemExit as e:
+    except EnvError as e:
         assert "nope" in str(e) and "build-tasks" in str(e)
     else:
         raise AssertionError("loading a missing task set must fail")

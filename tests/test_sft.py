@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from composer_prime.model.tiny import build_random
 from composer_prime.model.tokenizer import build_tokenizer
 from composer_prime.trainer.loss import token_logprobs
-from composer_prime.trainer.sft import encode_example, pad_batch
+from composer_prime.model.warm_start import encode_example, pad_batch
 
 from tests.conftest import ROOT
 

@@ -6,9 +6,13 @@ Every model forbids unknown keys, so a typo is an error, not a silently ignored 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Iterable, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
+
+from composer_prime.utils import plugins
+
 
 
 # A list given as "a,b" on the command line or as a TOML array.
@@ -138,40 +142,52 @@ class EvalConfig(Strict):
     num_tasks: int = 64
 
 
-class HintConfig(Strict):
-    """Where hints come from, tried in order until one answers (orchestrator/hints.py)."""
+class Sections(Strict):
+    """A model whose extra keys are plug-ins' own sections: the plug-ins are the entry points of
+    `GROUP` plus the "module:Class" refs in `plugins`; each section is validated by the `Config`
+    its class declares (and defaults when absent). Any other extra key is an unknown key."""
 
-    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1)
-    templates: dict[str, str] = Field(default_factory=dict)  # per error kind, overriding the built-in ones
-    llm_url: str | None = None  # any OpenAI-compatible server (our own inference server too)
-    llm_model: str | None = None
-    llm_timeout_s: float = Field(10.0, gt=0)
-    cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
-    role: str = "user"  # the chat role of the inserted hint message
+    model_config = ConfigDict(extra="allow")
+    GROUP: ClassVar[str]
+    KIND: ClassVar[str]  # what a plug-in is called in errors
+    _classes: dict[str, type] = PrivateAttr(default_factory=dict)
+    plugins: list[str] = Field(default_factory=list)  # plug-ins outside the package, "module:Class"
 
-    @model_validator(mode="after")
-    def _check(self) -> "HintConfig":
-        from composer_prime.orchestrator.hints import check_template  # the one template check, run at load time
+    def _load_sections(self, named: Iterable[str] = ()) -> None:
+        """Validate the sections; `named`: names used elsewhere in the model that must be plug-ins."""
+        try:
+            classes = plugins.load(self.GROUP, self.plugins)
+        except ValueError as e:
+            raise ValueError(f"plugins: {e}") from None
+        extra = self.__pydantic_extra__
+        for name in named:
+            if name not in classes:
+                raise ValueError(f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(classes))})")
+        errors = [InitErrorDetails(type="extra_forbidden", loc=(k,), input=v) for k, v in extra.items() if k not in classes]
+        for name, cls in classes.items():
+            try:
+                extra[name] = cls.Config.model_validate(extra.get(name, {}))
+            except ValidationError as e:  # re-raised with the plug-in's name in each location
+                errors += [InitErrorDetails(type=x["type"], loc=(name, *x["loc"]), input=x["input"], ctx=x.get("ctx", {}))
+                           for x in e.errors()]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        self._classes = classes
 
-        for kind, template in self.templates.items():
-            check_template(kind, template)
-        if "llm" in self.sources and not (self.llm_url and self.llm_model):
-            raise ValueError("the llm hint source needs llm_url and llm_model")
-        return self
+    def section(self, name: str) -> BaseModel:
+        return self.__pydantic_extra__[name]
 
 
-class DistillConfig(Strict):
-    """Hint self-distillation at error turns: find error sites, hint them, ship teacher contexts."""
-
-    enabled: bool = False
-    teacher: Literal["trainer", "inference"] = "trainer"  # who scores the teacher context (trainer/teacher.py says why)
-    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
-    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
-    flat_groups: bool = True  # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
-    hints: HintConfig = Field(default_factory=HintConfig)
+BATCH_STEPS = "composer_prime.batch_steps"  # the entry-point group batch steps register in (orchestrator/batch.py)
 
 
-class OrchestratorConfig(Shared, Pinned):
+class OrchestratorConfig(Shared, Pinned, Sections):
+    """Besides the fields below, one section per batch step (`orchestrator.distill`, ...),
+    declared by the step's own module (orchestrator/batch.py)."""
+
+    model_config = ConfigDict(extra="allow")  # the batch steps' sections, checked below
+    GROUP: ClassVar[str] = BATCH_STEPS
+    KIND: ClassVar[str] = "batch step"
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"])
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -183,7 +199,6 @@ class OrchestratorConfig(Shared, Pinned):
     overlong_cache: int = Field(4, ge=1)  # DAPO L_cache: the soft band below L_max
     length_penalty: float = 0.0  # reward -= length_penalty * completion_tokens / sampling.max_tokens
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
-    distill: DistillConfig = Field(default_factory=DistillConfig)
     max_async_level: int = 1  # a batch for step n may use policy n-k at the oldest
     max_concurrency: int = 32
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
@@ -192,10 +207,14 @@ class OrchestratorConfig(Shared, Pinned):
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
+        self._load_sections()
         if len({e.id for e in self.envs}) != len(self.envs):
             raise ValueError("envs: each environment id may appear once")
         self.groups_per_step()  # raises if the batch does not split into whole groups
         return self
+
+    def step_classes(self) -> dict[str, type]:
+        return self._classes
 
     def groups_per_step(self) -> dict[str, int]:
         """Groups of each environment in one batch: batch_size * ratio / group_size, exactly."""
@@ -220,45 +239,24 @@ class OptimConfig(Strict):
     max_norm: float = 1.0
 
 
-class RLLossConfig(Strict):
-    """The `rl` channel; formulas in trainer/loss/rl.py and docs/algorithms.md."""
-
-    eps_low: float = 0.2
-    eps_high: float = 0.28  # DAPO clip-higher
-    norm: Literal["token", "sequence", "constant"] = "token"  # DAPO token mean | GRPO sequence mean | Dr.GRPO constant
-    norm_constant: int = Field(128, ge=1)  # tokens per sequence for norm = "constant" (the generation budget)
-    off_policy: Literal["tis", "mask", "none"] = "tis"  # correction against the sampler's log-probs
-    is_cap: float = 2.0  # tis: min(pi_old/mu, is_cap), detached
-    mask_low: float = 0.5  # mask: keep tokens with mask_low <= pi_old/mu <= mask_high
-    mask_high: float = 2.0
-    two_sided_delta: float | None = None  # INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); off by default
-    kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
+LOSS_CHANNELS = "composer_prime.loss_channels"  # the entry-point group loss channels register in
 
 
-class DistillLossConfig(Strict):
-    """The `distill` channel (hint self-distillation); formulas in trainer/loss/distill.py."""
+class LossConfig(Sections):
+    """The trainer's objective: a weight per channel, and each channel's own section
+    (`trainer.loss.<channel>`), validated by the `Config` that the channel's module declares."""
 
-    # "jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the
-    # reverse KL at the token the student wrote, log p_S - log p_T acting as a per-token
-    # advantage (on-policy distillation; needs the trainer's teacher forward)
-    estimator: Literal["jsd", "sampled"] = "jsd"
-    beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
-    temperature: float = Field(1.0, gt=0.0)
-    top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
-    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
-    # the policy being trained, the initial weights, or a slow average of the policy (SDPO's
-    # regularised teacher: it does not follow the student into a collapse within a few steps)
-    teacher: Literal["current", "frozen", "ema"] = "current"
-    ema_rate: float = Field(0.05, gt=0.0, le=1.0)  # "ema": teacher += rate * (policy - teacher) after each step
-    # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
-    # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
-    scope: Literal["turn", "first_miss"] = "turn"
+    GROUP: ClassVar[str] = LOSS_CHANNELS
+    KIND: ClassVar[str] = "loss channel"
+    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})  # scale per channel (1 if unset)
 
+    @model_validator(mode="after")
+    def _sections(self) -> "LossConfig":
+        self._load_sections(self.weights)
+        return self
 
-class LossConfig(Strict):
-    rl: RLLossConfig = Field(default_factory=RLLossConfig)
-    distill: DistillLossConfig = Field(default_factory=DistillLossConfig)
-    weights: dict[str, float] = Field(default_factory=lambda: {"rl": 1.0, "ce": 1.0})
+    def channel_classes(self) -> dict[str, type]:
+        return self._classes
 
 
 class CheckpointConfig(Strict):
@@ -347,12 +345,9 @@ class RLConfig(Shared):
         trainer_section.setdefault("inference_urls", [url])
         orch = validate(OrchestratorConfig, orch_section, provenance, ("orchestrator",))
         trainer = validate(TrainerConfig, trainer_section, provenance, ("trainer",))
-        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.estimator == "sampled":
-            raise ConfigError("trainer.loss.distill.estimator: \"sampled\" needs the teacher's log-prob of every "
-                              "written token; the inference teacher returns only its top-k (use "
-                              "orchestrator.distill.teacher = \"trainer\")")
-        if orch.distill.enabled and orch.distill.teacher == "inference" and trainer.loss.distill.teacher != "current":
-            raise ConfigError(f"trainer.loss.distill.teacher: \"{trainer.loss.distill.teacher}\" weights live in the "
-                              "trainer; the inference teacher scores with the served policy (use "
-                              "orchestrator.distill.teacher = \"trainer\")")
+        for name, cls in trainer.loss.channel_classes().items():  # each channel's own checks against the orchestrator
+            try:
+                cls.check_run(trainer.loss.section(name), orch)
+            except ValueError as e:
+                raise ConfigError(f"trainer.loss.{name}.{e}") from None
         return inf, orch, trainer

@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
         "make", help="create what is missing in DIR (never replaces a key); pass DIR as auth.keys_dir")
     make.add_argument("--out", type=Path, required=True, help="the keys directory, e.g. outputs/run/keys")
     make.set_defaults(func=_keys)
-    from composer_prime.envs.cli import add_parser as add_env_parser
+    from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)
     return p

@@ -18,6 +18,7 @@ from pathlib import Path
 from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import parse_argv, validate
 from composer_prime.config.plan import Process, plan
+from composer_prime.env_runtime.tasksets import EnvError, check_envs
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.transports import auth
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
             resume_from = (found[0], weights)
     try:
         processes = plan(cfg, provenance, resume_from)
-    except ConfigError as e:
+        if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
+            check_envs(next(p.config for p in processes if p.name == "orchestrator"))
+    except (ConfigError, EnvError) as e:
         print(f"config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     paths = {}

@@ -20,7 +20,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from composer_prime.model.tokenizer import build_tokenizer
-from composer_prime.trainer.sft import encode_example, pad_batch
+from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
 
 ARCH = dict(
     hidden_size=128,
@@ -70,8 +70,6 @@ def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.
 
 def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print) -> None:
     """Answer-only cross-entropy (the trainer's `ce` channel) on the reverse-text task; stops short of mastery."""
-    from composer_prime.trainer.sft import sft_step
-
     rng = random.Random(SFT["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
     steps, warmup = SFT["steps"], SFT["warmup"]

@@ -1,24 +1,46 @@
-"""Hint self-distillation, orchestrator side: hint each error site, build the teacher's view.
+"""Hint self-distillation, orchestrator side: the `distill` batch step.
 
 For each error turn (up to `max_sites` per rollout) the hinter chain writes a hint; the teacher
 context is the student's token ids with the hint message spliced in before that turn
 (teachers.py). With `teacher = "inference"` the inference server also scores the teacher
 context (its prefill's top-k log-probs travel with the batch); by default the trainer scores it.
+The step hints the error turns of every rollout in the batch and (`flat_groups`) of rollouts
+whose group was dropped for a flat reward, which join the batch as distill-only samples; the
+channel's weights mark each error turn, its `channel_data` holds the teacher views.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Literal
 
 import httpx
+from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import DistillConfig
+from composer_prime.config.models import OrchestratorConfig, Strict
+from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.orchestrator.hints import HintContext, make_hinter
+from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
 from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.orchestrator.teachers import history_before, teacher_view
+from composer_prime.trainer.loss.distill import Teacher
+from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import TemplateError
+
+
+class DistillConfig(Strict):
+    """`orchestrator.distill`: find error sites, hint them, ship teacher contexts."""
+
+    enabled: bool = False
+    # who scores the teacher context (trainer/loss/distill_teacher.py says why)
+    teacher: Literal["trainer", "inference"] = "trainer"
+    top_k: int = Field(20, ge=1)  # teacher = "inference": how many log-probs per position come back
+    max_sites: int = Field(4, ge=1)  # hinted error turns per rollout
+    # also distill error turns of groups dropped for a flat reward (rl weight 0; at most batch_size rollouts)
+    flat_groups: bool = True
+    hints: HintConfig = Field(default_factory=HintConfig)
 
 
 @dataclass
@@ -36,9 +58,9 @@ class Distiller:
         self.cfg, self.tok, self.client = cfg, tok, client
         self.hinter = make_hinter(h.sources, h.templates, h.llm_url, h.llm_model, h.llm_timeout_s, h.cache_path)
 
-    async def attach(self, r: Rollout, stats: DistillStats) -> None:
-        """Give `r` one teacher per hinted error site (replacing any it had)."""
-        r.teachers = []
+    async def attach(self, r: Rollout, stats: DistillStats) -> list[Teacher]:
+        """One teacher per hinted error site of `r`."""
+        teachers = []
         p, ids = len(r.prompt_ids), r.prompt_ids + r.completion_ids
         for site in r.sites[: self.cfg.max_sites]:
             stats.sites += 1
@@ -61,8 +83,67 @@ class Distiller:
                     stats.unscored += 1
                     continue
                 t.top_ids, t.top_logprobs = scores.top_ids, scores.top_logprobs
-            r.teachers.append(t)
+            teachers.append(t)
             stats.hinted += 1
+        return teachers
 
     async def close(self) -> None:
         await self.hinter.close()
+
+
+def with_teachers(sample: Sample, teachers: list[Teacher]) -> Sample:
+    """Add the distill channel to `sample`: weight 1 on each error turn whose teacher fits in it
+    (an error turn cut by seq_len is not distilled)."""
+    n = len(sample.input_ids)
+    kept = [t for t in teachers if t.student_start + t.length <= n]
+    if kept:
+        weights = [0.0] * n
+        for t in kept:
+            weights[t.student_start: t.student_start + t.length] = [1.0] * t.length
+        sample.channel_weights["distill"] = weights
+        sample.channel_data["distill"] = [asdict(t) for t in kept]
+    return sample
+
+
+def distill_only(r: Rollout, teachers: list[Teacher], temperature: float, seq_len: int) -> Sample | None:
+    """A sample of a flat group's rollout that trains only its error turns; None when none survived the cut."""
+    sample = r.to_sample(0.0, temperature, seq_len)
+    sample.channel_weights["rl"] = [0.0] * len(sample.input_ids)  # its group had no reward spread to learn from
+    sample = with_teachers(sample, teachers)
+    return sample if "distill" in sample.channel_data else None
+
+
+class DistillStep(Step):
+    name = "distill"
+    Config = DistillConfig
+
+    def __init__(self, section: DistillConfig, cfg: OrchestratorConfig, tok: PreTrainedTokenizerBase,
+                 client: InferenceClient) -> None:
+        super().__init__(section, cfg, tok, client)
+        self.distiller = Distiller(section, tok, client)
+
+    @classmethod
+    def active(cls, section: DistillConfig) -> bool:
+        return section.enabled
+
+    async def __call__(self, batch: BatchContext) -> dict[str, float]:
+        cfg, stats = self.cfg, DistillStats()
+        kept = [(i, r) for i, r in enumerate(batch.rollouts) if r is not None]
+        # at most one batch's worth: refill rounds can leave many flat groups, and the trainer's step time follows
+        flat = [r for r in batch.flat if r.sites][: cfg.batch_size] if self.section.flat_groups else []
+        found = await asyncio.gather(*(self.distiller.attach(r, stats) for _, r in kept),
+                                     *(self.distiller.attach(r, stats) for r in flat))
+        for (i, _), teachers in zip(kept, found):
+            with_teachers(batch.samples[i], teachers)
+        added = 0
+        for r, teachers in zip(flat, found[len(kept):]):
+            if teachers and (sample := distill_only(r, teachers, cfg.sampling.temperature, cfg.seq_len)) is not None:
+                batch.add(sample, r)
+                added += 1
+        return {"sites": stats.sites, "hinted": stats.hinted, "no_hint": stats.no_hint,
+                "template_misses": stats.template, "unscored": stats.unscored, "distill_only_samples": added,
+                "hinted_frac": sum(bool(t) for t in found) / max(1, len(batch.seen)),
+                "tokens": sum(t["length"] for s in batch.samples for t in s.channel_data.get("distill", []))}
+
+    async def close(self) -> None:
+        await self.distiller.close()

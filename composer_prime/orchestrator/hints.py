@@ -17,11 +17,13 @@ import logging
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Protocol
+from typing import Any, Awaitable, Literal, Protocol
 
 import httpx
+from pydantic import Field, model_validator
 
-from composer_prime.orchestrator.error_sites import ErrorSite, tool_names
+from composer_prime.config.models import Strict
+from composer_prime.env_runtime.error_sites import ErrorSite, tool_names
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,26 @@ def check_template(kind: str, template: str) -> None:
     for f in fields:
         if f not in FIELDS:
             raise ValueError(f"hint template for {kind!r} has unknown field {{{f}}}; fields: {', '.join(FIELDS)}")
+
+
+class HintConfig(Strict):
+    """`orchestrator.distill.hints`: where hints come from, tried in order until one answers."""
+
+    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1)
+    templates: dict[str, str] = Field(default_factory=dict)  # per error kind, overriding the built-in ones
+    llm_url: str | None = None  # any OpenAI-compatible server (our own inference server too)
+    llm_model: str | None = None
+    llm_timeout_s: float = Field(10.0, gt=0)
+    cache_path: Path | None = None  # JSONL cache of LLM hints, kept across runs
+    role: str = "user"  # the chat role of the inserted hint message
+
+    @model_validator(mode="after")
+    def _check(self) -> "HintConfig":
+        for kind, template in self.templates.items():
+            check_template(kind, template)
+        if "llm" in self.sources and not (self.llm_url and self.llm_model):
+            raise ValueError("the llm hint source needs llm_url and llm_model")
+        return self
 
 
 def example_call(tools: list[dict], name: str | None = None) -> str:

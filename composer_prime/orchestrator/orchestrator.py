@@ -6,6 +6,10 @@ with step n-1. A rollout from an older policy is dropped and counted, never trai
 Task choice is a pure function of (seed, step), so a resumed run continues exactly. Where to
 continue is the trainer's word: it announces the step it expects over the batch channel (on
 start, and again after every restart), so the orchestrator needs none of the trainer's files.
+
+Each step is two stages: `collect` samples groups (dynamic sampling, staleness) and `build`
+turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/batch.py:
+one per channel that needs orchestrator-side work, e.g. distill's hints and teacher views).
 """
 
 from __future__ import annotations
@@ -15,24 +19,24 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from composer_prime.utils.proc import pin_cpus
 from composer_prime.config import OrchestratorConfig, load_or_exit
 from composer_prime.config.models import EnvConfig
+from composer_prime.env_runtime.tasksets import EnvError, load_tasks
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
+from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.orchestrator.distill import Distiller, DistillStats
-from composer_prime.orchestrator.envs import load_tasks
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.transports import auth
 from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
+from composer_prime.utils.proc import pin_cpus
 
 
 def log(msg: str) -> None:
@@ -49,6 +53,18 @@ class EnvRun:
     group_size: int
     groups: int  # groups of this environment in each batch
     weight: float  # its share of the held-out mean
+
+
+@dataclass
+class Collected:
+    """One step's sampling: the kept groups (with shaped rewards) and everything else it saw."""
+
+    groups: list[tuple[list[Rollout], list[float]]] = field(default_factory=list)  # in batch order
+    flat: list[Rollout] = field(default_factory=list)  # rollouts of groups dropped for a flat reward
+    seen: dict[str, list[Rollout]] = field(default_factory=dict)  # per environment: kept, flat and stale
+    stats: dict[str, int] = field(default_factory=lambda: {"stale": 0, "flat_groups": 0, "groups": 0})
+    tokens: int = 0  # model tokens sampled
+    start: float = field(default_factory=time.time)
 
 
 def mean(xs: list[float]) -> float:
@@ -75,7 +91,7 @@ class Orchestrator:
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e in cfg.envs]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
-        self.distiller = Distiller(cfg.distill, self.tok, self.client) if cfg.distill.enabled else None
+        self.steps = make_steps(cfg, self.tok, self.client)
         self.trainer: str | None = None  # the trainer start we follow (the id it announces)
         self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
         self.restarts = 0  # trainer restarts followed (a metric)
@@ -96,14 +112,12 @@ class Orchestrator:
         row["eval_reward"] = sum(env.weight * row[f"eval/{env.cfg.id}/reward"] for env in self.envs)
         return row, version
 
-    async def collect(self, step: int) -> tuple[Batch, dict]:
+    async def collect(self, step: int) -> Collected:
+        """Sample this step's groups: drop stale ones, refill flat ones (dynamic sampling)."""
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}-{step}")
         kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
-        seen: dict[str, list[Rollout]] = {env.cfg.id: [] for env in self.envs}
-        stats = {"stale": 0, "flat_groups": 0, "groups": 0}
-        flat: list[Rollout] = []  # rollouts of flat groups: no rl signal, but their error turns can be distilled
-        start, tokens = time.time(), 0
+        c = Collected(seen={env.cfg.id: [] for env in self.envs})
         for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full
             draws = [(env, env.train[rng.randrange(len(env.train))], rng.randrange(2**31))
                      for env in self.envs for _ in range(env.groups - len(kept[env.cfg.id]))]
@@ -111,52 +125,51 @@ class Orchestrator:
                 break
             groups = await asyncio.gather(*(self._group(env, task, env.group_size, seed) for env, task, seed in draws))
             for (env, _, _), g in zip(draws, groups):
-                stats["groups"] += 1
-                seen[env.cfg.id] += g
-                tokens += sum(r.model_tokens for r in g)
+                c.stats["groups"] += 1
+                c.seen[env.cfg.id] += g
+                c.tokens += sum(r.model_tokens for r in g)
                 shaped = [self.shaped(r) for r in g]  # once per group: spread check and advantages
                 if min(r.weight_version for r in g) < step - cfg.max_async_level:
-                    stats["stale"] += len(g)
+                    c.stats["stale"] += len(g)
                 elif cfg.dynamic_sampling and not has_spread(shaped):
-                    stats["flat_groups"] += 1
-                    flat += g
+                    c.stats["flat_groups"] += 1
+                    c.flat += g
                 else:
                     kept[env.cfg.id].append((g, shaped))
-        batch_groups = [(g, shaped) for env in self.envs for g, shaped in kept[env.cfg.id][: env.groups]]
-        # at most one batch's worth: refill rounds can leave many flat groups, and the trainer's step time follows
-        distill_only = [r for r in flat if r.sites][: cfg.batch_size] if cfg.distill.flat_groups else []
-        dstats = DistillStats()
-        if self.distiller is not None:
-            await asyncio.gather(*(self.distiller.attach(r, dstats) for g, _ in batch_groups for r in g),
-                                 *(self.distiller.attach(r, dstats) for r in distill_only))
-        gen_s = time.time() - start
-        samples, advantages = [], []
-        for g, shaped in batch_groups:
+        c.groups = [(g, shaped) for env in self.envs for g, shaped in kept[env.cfg.id][: env.groups]]
+        return c
+
+    async def build(self, step: int, c: Collected) -> tuple[Batch, dict]:
+        """The kept groups' rl samples, then each active step's additions; the metrics of both."""
+        cfg = self.cfg
+        batch = BatchContext(step, flat=c.flat, seen=[r for rs in c.seen.values() for r in rs])
+        advantages = []
+        for g, shaped in c.groups:
             for r, a in zip(g, group_advantages(shaped, cfg.advantage)):
-                samples.append(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len))
+                batch.add(r.to_sample(a, cfg.sampling.temperature, cfg.seq_len), r)
                 advantages.append(a)
-        extra = [r.to_sample(0.0, cfg.sampling.temperature, cfg.seq_len, rl=False) for r in distill_only if r.teachers]
-        samples += [s for s in extra if s.teachers]  # only those whose error turn survived the length cut
-        rollouts = [r for rs in seen.values() for r in rs]
+        truncated = sum(not any(s.channel_weights["rl"]) for s in batch.samples)  # cut to no model token
+        step_metrics: dict = {}
+        for name, run_step in self.steps.items():
+            step_metrics |= {f"{name}/{k}": v for k, v in (await run_step(batch)).items()}
+        gen_s = time.time() - c.start
         info = {
-            "reward": mean([r.reward for r in rollouts]),
+            "reward": mean([r.reward for r in batch.seen]),
             "adv_abs_mean": mean([abs(a) for a in advantages]),
             "adv_std": statistics.pstdev(advantages) if advantages else 0.0,
             "gen_s": gen_s,
-            "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
-            "rollouts": len(rollouts),
-            "policy_versions": sorted({s.policy_version for s in samples}),
-            **stats,
+            "gen_tokens_per_s": c.tokens / max(gen_s, 1e-9),
+            "rollouts": len(batch.seen),
+            "policy_versions": sorted({s.policy_version for s in batch.samples}),
+            **c.stats,
+            "truncated": truncated,
+            # a batch with nothing to train on is a normal event; stale, flat_groups and truncated say why
+            "empty_batch": int(not any(any(w) for s in batch.samples for w in s.channel_weights.values())),
+            **step_metrics,
         }
-        if self.distiller is not None:
-            info |= {"distill/sites": dstats.sites, "distill/hinted": dstats.hinted, "distill/no_hint": dstats.no_hint,
-                     "distill/template_misses": dstats.template, "distill/unscored": dstats.unscored,
-                     "distill/distill_only_samples": len(samples) - len(advantages),
-                     "distill/hinted_frac": sum(bool(r.teachers) for r in rollouts) / max(1, len(rollouts)),
-                     "distill/tokens": sum(t.length for s in samples for t in s.teachers)}
         for env in self.envs:
-            info |= env_metrics(f"env/{env.cfg.id}", seen[env.cfg.id])
-        return Batch(step=step, samples=samples, metrics={"reward": info["reward"]}), info
+            info |= env_metrics(f"env/{env.cfg.id}", c.seen[env.cfg.id])
+        return Batch(step=step, samples=batch.samples), info
 
     def shaped(self, r) -> float:
         c = self.cfg
@@ -196,7 +209,7 @@ class Orchestrator:
                     t_eval = time.time()
                     evals, row["eval_version"] = await self.evaluate()
                     row |= evals | {"eval_s": time.time() - t_eval}
-                batch, info = await self.collect(step)
+                batch, info = await self.build(step, await self.collect(step))
             if self.restarted(sender) is not None:  # what we made went to a trainer that is gone: follow the new one
                 log(f"the trainer restarted and expects step {self.restart}: continuing from there")
                 step = start = self.restart
@@ -205,8 +218,9 @@ class Orchestrator:
                 continue
             if step == cfg.max_steps:
                 break
-            if not batch.samples:
-                log(f"step {step}: every group was flat or stale; sending an empty batch")
+            if info["empty_batch"]:
+                log(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
+                    f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
             sender.send(batch)
             row |= info | {"trainer_restarts": self.restarts}
             metrics.log(row)
@@ -220,8 +234,8 @@ class Orchestrator:
         log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{version}")
         sender.close()
         metrics.close()
-        if self.distiller is not None:
-            await self.distiller.close()
+        for run_step in self.steps.values():
+            await run_step.close()
         await self.client.close()
 
 
@@ -235,7 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     elif not auth.is_loopback(host := auth.zmq_host(cfg.transport.address)):
         auth.refuse(f"transport.address = {host} is beyond loopback, where batches travel only encrypted (CURVE); {auth.HOW}")
     pin_cpus(cfg.cpus, "orchestrator")
-    asyncio.run(Orchestrator(cfg, keys).run_loop())
+    try:
+        orchestrator = Orchestrator(cfg, keys)
+    except EnvError as e:  # an environment missing, misconfigured or failing in its own code: one line, no traceback
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    asyncio.run(orchestrator.run_loop())
 
 
 if __name__ == "__main__":

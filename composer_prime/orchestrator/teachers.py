@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.orchestrator.episode import Turn, tool_message
-from composer_prime.transports.batches.schema import Teacher
+from composer_prime.env_runtime.turns import Turn, tool_message
+from composer_prime.trainer.loss.distill import Teacher
 from composer_prime.utils.chat import TemplateError, suffix_ids
 
 

@@ -1,5 +1,5 @@
-"""Trainer checkpoints: model + optimizer (+ the EMA teacher, when there is one) + progress,
-sharded with torch.distributed.checkpoint.
+"""Trainer checkpoints: model + optimizer + whatever modules the loss channels declare (an EMA
+teacher) + progress, sharded with torch.distributed.checkpoint.
 
 `checkpoints/step_N/` holds the state after N completed steps; DONE is written last, so an
 interrupted save is ignored on resume and the previous checkpoint is used.
@@ -24,18 +24,24 @@ def latest(root: Path) -> tuple[int, Path] | None:
     return max(done) if done else None
 
 
-def _state(model: torch.nn.Module, optim: torch.optim.Optimizer, teacher: torch.nn.Module | None) -> dict:
+def _key(label: str) -> str:
+    """A module's key in the checkpoint: its label with no dot (DCP flattens keys on dots)."""
+    return label.replace(".", "_").replace(" ", "_")
+
+
+def _state(model: torch.nn.Module, optim: torch.optim.Optimizer, extra: dict[str, torch.nn.Module]) -> dict:
     model_sd, optim_sd = get_state_dict(model, optim)
-    return {"model": model_sd, "optim": optim_sd} | ({"teacher": get_model_state_dict(teacher)} if teacher is not None else {})
+    return {"model": model_sd, "optim": optim_sd} | {_key(k): get_model_state_dict(m) for k, m in extra.items()}
 
 
 def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer, keep_last: int,
-         teacher: torch.nn.Module | None = None) -> None:
+         extra: dict[str, torch.nn.Module] | None = None) -> None:
+    """`extra`: modules by label ("distill:EMA teacher"), saved beside the model."""
     out = root / f"step_{step}"
     if dist.get_rank() == 0:
         shutil.rmtree(out, ignore_errors=True)
     dist.barrier()
-    dcp.save(_state(model, optim, teacher), checkpoint_id=str(out))
+    dcp.save(_state(model, optim, extra or {}), checkpoint_id=str(out))
     dist.barrier()
     if dist.get_rank() == 0:
         (out / DONE).write_text(json.dumps({"step": step}))
@@ -45,11 +51,16 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
     dist.barrier()
 
 
-def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, teacher: torch.nn.Module | None = None) -> None:
-    if teacher is not None and not any(k.startswith("teacher.") for k in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata):
-        raise SystemExit(f"{path} holds no EMA teacher: the run was started with another trainer.loss.distill.teacher")
-    state = _state(model, optim, teacher)
+def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer,
+         extra: dict[str, torch.nn.Module] | None = None) -> None:
+    extra = extra or {}
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    for label in extra:
+        if not any(k.startswith(_key(label) + ".") for k in saved):
+            channel, _, what = label.partition(":")
+            raise SystemExit(f"{path} holds no {what or label}: the run was started with another trainer.loss.{channel} configuration")
+    state = _state(model, optim, extra)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    if teacher is not None:
-        set_model_state_dict(teacher, state["teacher"])
+    for label, module in extra.items():
+        set_model_state_dict(module, state[_key(label)])

@@ -10,10 +10,11 @@ micro-batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from composer_prime.transports.batches.schema import Sample, Teacher
+from composer_prime.transports.batches.schema import Sample
 
 
 @dataclass
@@ -23,8 +24,7 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, T-1]
     temperature: torch.Tensor  # [B, 1]
     channel_weights: dict[str, torch.Tensor]  # each [B, T-1]
-    aux: dict[str, torch.Tensor]  # each [B, T-1]: per-token extras (e.g. reference log-probs)
-    teachers: list[tuple[int, Teacher]]  # (row, teacher view of one of its error turns)
+    channel_data: dict[str, list[tuple[int, Any]]]  # per channel: (row, that sample's channel_data) where present
 
     @property
     def num_tokens(self) -> int:
@@ -53,7 +53,8 @@ def pack(samples: list[Sample], micro_batch_tokens: int, world_size: int) -> lis
     return ranks
 
 
-def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBatch:
+def collate(samples: list[Sample], pad_id: int, channels: list[str], device: str = "cpu") -> MicroBatch:
+    """Padded tensors, built on the CPU row by row and moved to `device` (the model's) once each."""
     if not samples:  # a filler micro-batch: one pad token, zero weight in every channel
         samples = [Sample([pad_id, pad_id], [0.0, 0.0], [0.0, 0.0], {c: [0.0, 0.0] for c in channels})]
     width = max(len(s.input_ids) for s in samples)
@@ -63,19 +64,17 @@ def collate(samples: list[Sample], pad_id: int, channels: list[str]) -> MicroBat
         out = torch.full((n, width), value, dtype=dtype)
         for i, row in enumerate(rows):
             out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        return out
+        return out.to(device)
 
     shifted = lambda t: t[:, 1:]  # noqa: E731 - position t predicts token t, so drop the first
     return MicroBatch(
         input_ids=pad([s.input_ids for s in samples], pad_id, torch.long),
         sampling_logprobs=shifted(pad([s.sampling_logprobs for s in samples], 0.0, torch.float32)),
         advantages=shifted(pad([s.advantages for s in samples], 0.0, torch.float32)),
-        temperature=torch.tensor([[s.temperature] for s in samples], dtype=torch.float32).unsqueeze(-1),
+        temperature=torch.tensor([[s.temperature] for s in samples], dtype=torch.float32, device=device).unsqueeze(-1),
         channel_weights={
             c: shifted(pad([s.channel_weights.get(c, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
             for c in channels
         },
-        aux={k: shifted(pad([s.aux.get(k, [0.0] * len(s.input_ids)) for s in samples], 0.0, torch.float32))
-             for k in sorted({k for s in samples for k in s.aux})},
-        teachers=[(i, t) for i, s in enumerate(samples) for t in s.teachers],
+        channel_data={c: [(i, s.channel_data[c]) for i, s in enumerate(samples) if c in s.channel_data] for c in channels},
     )

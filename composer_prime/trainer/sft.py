@@ -1,9 +1,10 @@
-"""`uv run sft @ sft.toml`: supervised fine-tuning with the trainer's `ce` channel.
+"""`uv run sft @ sft.toml`: supervised fine-tuning by answer-only cross-entropy.
 
 Data: a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`; the loss is on the
 last assistant message only (the prompt is context). One process, no FSDP: SFT here is the
-warm start of small models (the tiny default uses `sft_step`); the RL trainer is the big-model
-path. Writes a Hugging Face model directory (safetensors + tokenizer) to `output_dir`.
+warm start of small models (the step is model/warm_start.py's, which the tiny default's build
+uses too); the RL trainer is the big-model path. Writes a Hugging Face model directory
+(safetensors + tokenizer) to `output_dir`.
 """
 
 from __future__ import annotations
@@ -18,44 +19,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from composer_prime.config import SFTConfig, load_or_exit
-from composer_prime.config.models import LossConfig
 from composer_prime.model.resolve import resolve_model
-from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
-from composer_prime.utils.chat import encode_chat
-
-CE_ONLY = LossConfig(weights={"ce": 1.0})
-
-
-def sft_step(model, optim, ids: torch.Tensor, answer_mask: torch.Tensor) -> float:
-    """One step of answer-only cross-entropy through the trainer's loss channels; returns the loss."""
-    lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
-    w = answer_mask[:, 1:]
-    zeros = torch.zeros_like(lp)
-    loss, _ = total_loss(LossInputs(lp, lp.detach(), zeros, zeros), {"ce": w},
-                         Counts({"ce": int(w.sum())}, {"ce": ids.shape[0]}), CE_ONLY)
-    optim.zero_grad()
-    loss.backward()
-    optim.step()
-    return loss.item()
-
-
-def encode_example(tok: PreTrainedTokenizerBase, messages: list[dict]) -> tuple[list[int], list[int]]:
-    """(token ids, answer mask): the last message must be the assistant's."""
-    if not messages or messages[-1].get("role") != "assistant":
-        raise ValueError("the last message must be the assistant's answer")
-    prompt = encode_chat(tok, messages[:-1])
-    answer = tok.encode(messages[-1]["content"], add_special_tokens=False) + [tok.eos_token_id]
-    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
-
-
-def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r[0]) for r in rows)
-    ids = torch.full((len(rows), width), pad_id)
-    mask = torch.zeros((len(rows), width))
-    for i, (r, m) in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
-    return ids, mask
+from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
 
 
 def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int], list[int]]]:

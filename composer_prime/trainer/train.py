@@ -18,9 +18,8 @@ from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
-from composer_prime.trainer.loss import Counts, LossInputs, token_logprobs, total_loss
-from composer_prime.trainer.teacher import ema_update, needs_forward, teacher_targets
-from composer_prime.trainer.model import device_type, frozen_copy, full_state_dict, load_model, shard
+from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
+from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
@@ -34,10 +33,11 @@ def log(msg: str) -> None:
         print(f"[trainer] {msg}", flush=True)
 
 
-def receive(receiver: BatchReceiver | None, step: int) -> Batch:
+def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> Batch:
     """Rank 0 waits for the batch of `step`, telling the orchestrator every second that it does (so after
     a restart the orchestrator regenerates from here). Batches of other steps were meant for the trainer
-    before a restart, older or queued ahead of it: dropped."""
+    before a restart, older or queued ahead of it: dropped. Each channel checks its own data on
+    arrival, so a malformed batch is refused, not trained on."""
     box: list = [None]
     if receiver is not None:
         waited, said = time.time(), time.time()
@@ -45,6 +45,8 @@ def receive(receiver: BatchReceiver | None, step: int) -> Batch:
             receiver.announce(step)
             try:
                 batch = receiver.recv(timeout_s=1)
+                if batch is not None:
+                    objective.check(batch)
             except SchemaError as e:
                 print(f"[trainer] rejected a message: {e}", flush=True)
                 continue
@@ -78,15 +80,18 @@ def make_publisher(cfg: TrainerConfig) -> Publisher:
     return FilesystemPublisher(cfg.inference_urls, auth.token(cfg.auth.keys_dir))
 
 
-def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_model=None, teacher_model=None) -> dict[str, float]:
-    """One optimizer step. `ref_model`: the frozen reference of the k3 term; `teacher_model`: the
-    weights that score distill teachers (default: the policy itself)."""
+def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Objective, pad_id: int) -> dict[str, float]:
+    """One optimizer step over the channels active in `batch`. A batch with no weighted token in
+    any channel (every group flat or stale, every turn cut away) is counted and skipped on every
+    rank alike: no forward, no optimizer step, the weights stay as they are."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    counts = Counts(batch.channel_token_counts(), batch.channel_sequence_counts())
+    counts = Counts.of(batch)
+    active = objective.active(counts)  # decided on the whole batch: the same on every rank
+    if not active:
+        return {"trained_tokens": 0.0, "grad_norm": 0.0, "empty_batch": 1.0}
+    for ch in active:
+        ch.begin(batch)
     channels = sorted(counts.tokens)
-    distill = counts.tokens.get("distill", 0) > 0
-    score_teachers = distill and needs_forward(batch)  # decided on the whole batch: equal on every rank
-    teacher_model = model if teacher_model is None else teacher_model
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
@@ -94,18 +99,13 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
-        mb = collate(samples, pad_id, channels)
-        targets = mb.input_ids[:, 1:]
+        mb = collate(samples, pad_id, channels, device_type())
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
-        lp = token_logprobs(logits, targets, mb.temperature)
-        aux = dict(mb.aux)
-        if ref_model is not None and cfg.loss.rl.kl_coef > 0:  # the frozen initial policy, for the k3 KL term
-            with torch.no_grad():
-                aux["ref_logprobs"] = token_logprobs(ref_model(input_ids=mb.input_ids).logits[:, :-1], targets, mb.temperature)
-        teacher = teacher_targets(teacher_model, mb, logits, pad_id, score_teachers, teacher_model is model) if distill else None
+        lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
         # One optimizer step per batch, so pi_old is the current policy, detached.
-        inputs = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, aux, logits, teacher)
-        loss, stats = total_loss(inputs, mb.channel_weights, counts, cfg.loss)
+        x = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, logits)
+        prepared = {ch.name: ch.prepare(mb, x) for ch in active}
+        loss, stats = objective.loss(x, mb.channel_weights, counts, prepared)
         # FSDP2 averages gradients over ranks; each rank's loss is a share of a global sum, so undo the mean.
         (loss * world).backward()
         with torch.no_grad():
@@ -117,10 +117,9 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, pad_id: int, ref_
         tokens += int(mask.sum())
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
     optim.step()
-    if teacher_model is not model and cfg.loss.distill.teacher == "ema":
-        ema_update(teacher_model, model, cfg.loss.distill.ema_rate)
+    objective.after_step()
     keys = sorted(sums)
-    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)])
+    vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)], device=device_type())  # NCCL reduces GPU tensors only
     dist.all_reduce(vec)
     out = {k: vec[i].item() for i, k in enumerate(keys)}
     out["trained_tokens"] = vec[-1].item()
@@ -144,17 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = box[0]
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
-    ref_model = frozen_copy(model_dir) if cfg.loss.rl.kl_coef > 0 or cfg.loss.distill.teacher == "frozen" else None
-    ema = frozen_copy(model_dir) if cfg.loss.distill.teacher == "ema" else None  # then trails the policy, step by step
-    teacher_model = {"current": model, "frozen": ref_model, "ema": ema}[cfg.loss.distill.teacher]
-    optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    objective = Objective(cfg.loss, Context(model, model_dir, pad_id))
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
 
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     start = 0
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
-        checkpoint.load(path, model, optim, ema)
+        checkpoint.load(path, model, optim, objective.modules())
         log(f"resumed from {path} (step {start})")
         publish(cfg, model, model_dir, start, publisher)
     sink, receiver = None, None
@@ -165,9 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     log(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
     for step in range(start, cfg.max_steps):
-        batch = receive(receiver, step)
+        batch = receive(receiver, step, objective)
         t0 = time.time()
-        metrics = train_step(cfg, model, optim, batch, pad_id, ref_model, teacher_model)
+        metrics = train_step(cfg, model, optim, batch, objective, pad_id)
         metrics["tokens_per_s"] = metrics["trained_tokens"] / max(time.time() - t0, 1e-9)
         compute_s = time.time() - t0
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
@@ -176,10 +173,10 @@ def main(argv: list[str] | None = None) -> None:
             sink.log({"step": step, "compute_s": compute_s, "time": time.time(), **metrics,
                       "transport/refused": receiver.stats["refused"]})
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
-            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, ema)
+            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
         publish(cfg, model, model_dir, step + 1, publisher)
-        distilled = f" loss/distill {metrics['loss/distill']:.4f}" if "loss/distill" in metrics else ""
-        log(f"step {step} loss/rl {metrics.get('loss/rl', 0):+.4f}{distilled} grad_norm {metrics['grad_norm']:.3f} "
+        losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
+        log(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()

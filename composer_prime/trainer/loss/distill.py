@@ -17,15 +17,45 @@ The other estimator (`estimator = "sampled"`) looks only at the token y the stud
 the reverse KL's score-function gradient: the teacher's verdict on each written token acts as a
 per-token advantage, so a token the hinted teacher would not write is pushed down and the rest
 of the distribution is left alone (on-policy distillation, as in SDPO's sampled-token loss).
+
+What arrives per sample (`channel_data["distill"]`): one `Teacher` view per hinted error turn;
+distill_teacher.py scores them and keeps the EMA teacher.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from pydantic import Field
 
-from composer_prime.config.models import DistillLossConfig
+from composer_prime.config.models import Strict
+from composer_prime.trainer.loss import Channel, Context, LossInputs
+from composer_prime.trainer.model import frozen_copy
+from composer_prime.trainer.loss.distill_teacher import Teacher, TeacherTargets, ema_update, teacher_targets
+from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
+
+__all__ = ["DistillChannel", "DistillLossConfig", "Teacher"]
+
+
+class DistillLossConfig(Strict):
+    """`trainer.loss.distill`: hint self-distillation; formulas above."""
+
+    # "jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the
+    # reverse KL at the token the student wrote, log p_S - log p_T acting as a per-token
+    # advantage (on-policy distillation; needs the trainer's teacher forward)
+    estimator: Literal["jsd", "sampled"] = "jsd"
+    beta: float = Field(0.5, ge=0.0, le=1.0)  # 0: KL(teacher || student), 1: KL(student || teacher), between: JSD
+    temperature: float = Field(1.0, gt=0.0)
+    top_k: int | None = Field(None, ge=1)  # restrict both to the teacher's top-k tokens
+    clamp: float | None = Field(None, gt=0.0)  # cap on one token's divergence ("sampled": on |log p_S - log p_T|)
+    # the policy being trained, the initial weights, or a slow average of the policy (SDPO's
+    # regularised teacher: it does not follow the student into a collapse within a few steps)
+    teacher: Literal["current", "frozen", "ema"] = "current"
+    ema_rate: float = Field(0.05, gt=0.0, le=1.0)  # "ema": teacher += rate * (policy - teacher) after each step
+    # "turn": every token of the error turn; "first_miss": only up to the first token the teacher
+    # would not have sampled (after it the turn is conditioned on a prefix the teacher disowns)
+    scope: Literal["turn", "first_miss"] = "turn"
 
 
 def _log_mix(x: torch.Tensor, a: float) -> torch.Tensor:
@@ -74,20 +104,6 @@ def sampled_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tenso
     return surrogate - surrogate.detach() + gap  # value: the gap; gradient: gap * grad s
 
 
-@dataclass
-class TeacherTargets:
-    """The teacher's distributions at the distill tokens of one micro-batch: student position
-    (rows[i], cols[i]) in the shifted [B, T-1] layout is matched to `scores[i]`, logits over the
-    vocabulary, or over `support[i]` (token ids) when the teacher gave only its top-k."""
-
-    rows: torch.Tensor  # [N]
-    cols: torch.Tensor  # [N]
-    scores: torch.Tensor  # [N, V] or [N, k]
-    tokens: torch.Tensor  # [N] the token the student sampled there
-    segments: torch.Tensor  # [N] which error turn (teacher) each position belongs to, contiguous
-    support: torch.Tensor | None = None  # [N, k]
-
-
 def up_to_first_miss(miss: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
     """1 for each position of a segment up to and including its first miss, 0 after it."""
     before = torch.cumsum(miss.long(), 0) - miss.long()  # misses strictly before each position, over all segments
@@ -119,3 +135,75 @@ def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights:
             w = w * up_to_first_miss(miss, teacher.segments)
     return (d * w).sum(), {"distill/top1_agree": (agree * weights[teacher.rows, teacher.cols]).sum(),
                            "distill/kept": w.sum()}
+
+
+class DistillChannel(Channel):
+    name = "distill"
+    Config = DistillLossConfig
+
+    def __init__(self, cfg: DistillLossConfig, ctx: Context | None = None) -> None:
+        super().__init__(cfg, ctx)
+        self.ema = None
+        if ctx is not None and cfg.teacher == "ema":  # starts at the initial weights, then trails the policy
+            self.ema = frozen_copy(ctx.model_dir)
+        self.scorer = None if ctx is None else {"current": lambda: ctx.policy, "frozen": ctx.frozen_initial,
+                                                 "ema": lambda: self.ema}[cfg.teacher]()
+        self.forward = False
+
+    @classmethod
+    def check_run(cls, cfg: DistillLossConfig, orchestrator) -> None:
+        """Settings of this channel that contradict the orchestrator's side of it."""
+        if not (orchestrator.distill.enabled and orchestrator.distill.teacher == "inference"):
+            return
+        if cfg.estimator == "sampled":
+            raise ValueError('estimator: "sampled" needs the teacher\'s log-prob of every written token; the '
+                             'inference teacher returns only its top-k (use orchestrator.distill.teacher = "trainer")')
+        if cfg.teacher != "current":
+            raise ValueError(f'teacher: "{cfg.teacher}" weights live in the trainer; the inference teacher scores with '
+                             'the served policy (use orchestrator.distill.teacher = "trainer")')
+
+    def check(self, sample: Sample) -> None:
+        """Parse the teacher views and check each covers the student's own tokens."""
+        n, views = len(sample.input_ids), []
+        for i, t in enumerate(sample.channel_data["distill"]):
+            try:
+                t = t if isinstance(t, Teacher) else Teacher(**t)
+            except TypeError as e:
+                raise SchemaError(f"distill teachers[{i}]: {e}") from None
+            if t.length < 1 or t.start < 1 or t.student_start < 1 or t.student_start + t.length > n \
+                    or t.input_ids[t.start: t.start + t.length] != sample.input_ids[t.student_start: t.student_start + t.length]:
+                raise SchemaError(f"teachers[{i}]: its tokens {t.start}..{t.start + t.length} are not the student's "
+                                  f"{t.student_start}..{t.student_start + t.length}")
+            if t.top_ids and not (len(t.top_ids) == len(t.top_logprobs) == t.length):
+                raise SchemaError(f"teachers[{i}]: top-k lists need one row per position ({t.length})")
+            views.append(t)
+        sample.channel_data["distill"] = views
+        covered = {j for t in views for j in range(t.student_start, t.student_start + t.length)}
+        distill = {j for j, w in enumerate(sample.channel_weights.get("distill", [])) if w != 0}
+        if distill - covered:  # a distill token without a teacher would train on nothing, silently
+            raise SchemaError(f"distill weight on tokens without a teacher: {sorted(distill - covered)[:5]}")
+
+    def begin(self, batch: Batch) -> None:
+        """Whether any teacher of the whole batch is scored here: the same on every rank, so every
+        rank runs the same number of (FSDP-collective) teacher forwards."""
+        self.forward = any(not t.top_ids for s in batch.samples for t in s.channel_data.get("distill", []))
+
+    def prepare(self, mb, x: LossInputs) -> TeacherTargets | None:
+        items = [(row, t) for row, views in mb.channel_data.get("distill", []) for t in views]
+        return teacher_targets(self.scorer, mb.input_ids, items, x.logits, self.ctx.pad_id, self.forward,
+                               self.scorer is self.ctx.policy)
+
+    def loss(self, x: LossInputs, w: torch.Tensor, teacher: TeacherTargets | None):
+        if teacher is None:
+            if (w != 0).any():
+                raise ValueError("distill weights without teacher targets")
+            zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
+            return zero, {"distill/top1_agree": zero.detach(), "distill/kept": zero.detach()}  # same keys on every rank
+        return distill_loss(x.logits, teacher, w, self.cfg)
+
+    def after_step(self) -> None:
+        if self.ema is not None:
+            ema_update(self.ema, self.ctx.policy, self.cfg.ema_rate)
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"EMA teacher": self.ema} if self.ema is not None else {}

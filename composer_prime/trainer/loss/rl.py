@@ -17,14 +17,34 @@ Normalisation (`norm`), over the whole batch on all ranks:
     "sequence" (GRPO)         : sum_i [sum_t loss_t / |o_i|] / (number of rl sequences)
     "constant" (Dr.GRPO)      : sum_t loss_t / (number of rl sequences * norm_constant)
 
-`rl_loss` returns the numerator; `total_loss` divides by the matching count.
+`rl_loss` returns the numerator; `Objective.loss` divides by the matching count. The k3 term's
+reference log-probs come from the frozen initial policy, scored by the trainer per micro-batch.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Literal
 
-from composer_prime.config.models import RLLossConfig
+import torch
+from pydantic import Field
+
+from composer_prime.config.models import Strict
+from composer_prime.trainer.loss import Channel, Context, LossInputs, token_logprobs
+
+
+class RLLossConfig(Strict):
+    """`trainer.loss.rl`; formulas above and in docs/algorithms.md."""
+
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_high: float = Field(0.28, ge=0.0)  # DAPO clip-higher
+    norm: Literal["token", "sequence", "constant"] = "token"  # DAPO token mean | GRPO sequence mean | Dr.GRPO constant
+    norm_constant: int = Field(128, ge=1)  # tokens per sequence for norm = "constant" (the generation budget)
+    off_policy: Literal["tis", "mask", "none"] = "tis"  # correction against the sampler's log-probs
+    is_cap: float = Field(2.0, gt=0.0)  # tis: min(pi_old/mu, is_cap), detached
+    mask_low: float = Field(0.5, ge=0.0)  # mask: keep tokens with mask_low <= pi_old/mu <= mask_high
+    mask_high: float = Field(2.0, gt=0.0)
+    two_sided_delta: float | None = Field(None, gt=1.0)  # INTELLECT-2 two-sided clip for A < 0 (e.g. 4.0); off by default
+    kl_coef: float = Field(0.0, ge=0.0)  # k3 KL to the frozen initial policy; 0 = no reference model
 
 
 def off_policy_weight(old_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, cfg: RLLossConfig) -> torch.Tensor:
@@ -83,3 +103,24 @@ def rl_loss(
         if cfg.kl_coef > 0:
             stats["ref_kl"] = (k3(logprobs, ref_logprobs) * mask).sum()
     return loss, stats
+
+
+class RLChannel(Channel):
+    name = "rl"
+    Config = RLLossConfig
+
+    def __init__(self, cfg: RLLossConfig, ctx: Context | None = None) -> None:
+        super().__init__(cfg, ctx)
+        self.ref = ctx.frozen_initial() if ctx is not None and cfg.kl_coef > 0 else None
+
+    def normaliser(self) -> Literal["tokens", "sequences"]:
+        return "tokens" if self.cfg.norm == "token" else "sequences"
+
+    @torch.no_grad()
+    def prepare(self, mb, x: LossInputs) -> torch.Tensor | None:
+        if self.ref is None:
+            return None
+        return token_logprobs(self.ref(input_ids=mb.input_ids).logits[:, :-1], mb.input_ids[:, 1:], mb.temperature)
+
+    def loss(self, x: LossInputs, w: torch.Tensor, ref_logprobs: torch.Tensor | None):
+        return rl_loss(x.logprobs, x.old_logprobs, x.sampling_logprobs, x.advantages, w, self.cfg, ref_logprobs)

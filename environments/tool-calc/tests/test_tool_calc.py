@@ -37,7 +37,7 @@ def test_splits_are_disjoint_and_deterministic():
 
 
 def test_reward_needs_the_right_reply_and_the_metric_reads_the_session():
-    from composer_prime.orchestrator.envs import load_tasks, score
+    from composer_prime.env_runtime.tasksets import load_tasks, score
 
     task = load_tasks("tool-calc", {"num_tasks": 1})[0]
     session = CalcSession()
@@ -50,7 +50,7 @@ QUESTION_CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}
 
 
 def hint_for(kind: str, name: str | None = None, messages: list[dict] | None = None) -> str | None:
-    from composer_prime.orchestrator.error_sites import ErrorSite
+    from composer_prime.env_runtime.error_sites import ErrorSite
     from composer_prime.orchestrator.hints import HintContext
 
     task = ToolCalcTask(ToolCalcData(id="t", prompt="874 + 786", answer="1660"))
@@ -72,9 +72,9 @@ def test_hints_show_this_questions_call_and_never_the_unreturned_answer():
 
 
 def test_the_final_reply_rule_flags_anything_but_a_bare_integer():
-    from composer_prime.orchestrator.episode import Turn
-    from composer_prime.orchestrator.error_sites import ErrorSite, detect
-    from composer_prime.orchestrator.tool_calls import parse_tool_call
+    from composer_prime.env_runtime.turns import Turn
+    from composer_prime.env_runtime.error_sites import ErrorSite, detect
+    from composer_prime.env_runtime.tool_calls import parse_tool_call
 
     rules = ToolCalcTask(ToolCalcData(id="t", prompt="874 + 786", answer="1660")).error_rules
     called = Turn(QUESTION_CALL, "stop", call=parse_tool_call(QUESTION_CALL),

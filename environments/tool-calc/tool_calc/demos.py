@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from .taskset import OPS, SYSTEM_PROMPT, ToolCalcConfig, answer, questions
 
@@ -70,6 +71,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-operand", type=int, default=999)
     a = p.parse_args()
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no outputs/ yet
     with open(a.out, "w") as f:
         for d in demonstrations(a.n, a.error_rate, a.hint_rate, a.seed, a.max_operand):
             f.write(json.dumps(d) + "\n")

@@ -76,7 +76,7 @@ def final_reply_is_a_number(k: int, turn, tools: list[dict]):
     call is the answer, and `correct` compares it as a bare integer."""
     if turn.call is not None or turn.finish_reason != "stop" or _INTEGER.fullmatch(turn.text.strip()):
         return None
-    from composer_prime.orchestrator.error_sites import ErrorSite  # lazy: this package installs on its own
+    from composer_prime.env_runtime.error_sites import ErrorSite  # lazy: this package installs on its own
 
     return ErrorSite(k, "format", "the final reply must be the number only")
 

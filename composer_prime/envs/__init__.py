@@ -1,1 +1,0 @@
-"""Environment tooling: `uv run composer-prime env ...` (build tasks, scaffold, validate, hub)."""
