@@ -96,7 +96,9 @@ def test_shardcast_overlay_plans_relays_replicas_and_one_key(tmp_path):
     assert cfgs["relay-0"]["upstream"] == ["http://127.0.0.1:8100"] and cfgs["relay-0"]["port"] == 8101
     key = cfgs["inference-0"]["weight_broadcast"]["public_key"]
     assert key == cfgs["inference-1"]["weight_broadcast"]["public_key"] == cfgs["relay-0"]["public_key"]
-    assert (out / "keys" / "trainer.ed25519").stat().st_mode & 0o777 == 0o600
+    assert key == str(out / "keys" / "trainer.ed25519.pub")  # named by the plan, made at launch
+    assert cfgs["trainer"]["weight_broadcast"]["key_path"] == str(out / "keys" / "trainer.ed25519")
+    assert not (out / "keys").exists()  # --dry-run creates no key
     assert cfgs["trainer"]["weight_broadcast"]["type"] == "shardcast"
 
 

@@ -35,10 +35,7 @@ CONTRACTS: dict[str, set[str]] = {
 
 # Upward imports being removed on other branches; each entry goes when its fix merges (the test
 # fails on an entry that no longer occurs, so the list cannot go stale).
-KNOWN: set[tuple[str, str]] = {
-    ("composer_prime.transports.weights.publish", "composer_prime.config"),  # branch 'auth': no TrainerConfig in publish
-    ("composer_prime.orchestrator.orchestrator", "composer_prime.trainer.checkpoint"),  # part 5: resume on its own state
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def modules(root: Path) -> dict[str, Path]:

@@ -212,3 +212,18 @@ def test_engine_runs_in_its_own_process_group(served: Served):
     assert os.getpgid(leader) == leader != os.getpgid(0)
     assert len(_live_members(leader)) >= 2
     # stop() itself, and that nothing of the group survives it, is checked by the fixture's teardown.
+
+
+def test_nothing_of_vllm_listens_beyond_loopback(served: Served):
+    """vLLM's server and its engine and workers (gloo, ZMQ) listen on loopback only: our server,
+    which checks the token on control routes, is the only way in from another machine."""
+    import ipaddress
+
+    import psutil
+
+    root = psutil.Process(served.engine._proc.pid)
+    listening = {c.laddr for p in [root, *root.children(recursive=True)] for c in p.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN}
+    assert served.engine.port in {a.port for a in listening}
+    assert [a for a in listening if not ipaddress.ip_address(a.ip).is_loopback] == []
+    assert served.engine.command()[1]["VLLM_HOST_IP"] == "127.0.0.1"

@@ -41,7 +41,7 @@ def test_k8s_containers_run_our_entrypoints_on_resolved_configs(tmp_path):
 
 def test_slurm_script_resolves_and_starts_three_processes_in_the_image(tmp_path):
     """Runs rl.sbatch itself with stand-ins for SLURM's scontrol and srun: srun records its options,
-    then runs the entrypoint it names with --dry-run, so this proves the overrides and paths it
+    then runs the entrypoint it names with --dry-run (the keys command for real), so this proves the overrides and paths it
     builds are valid and that every step runs in the image infra/docker builds."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -52,7 +52,7 @@ def test_slurm_script_resolves_and_starts_three_processes_in_the_image(tmp_path)
         "scontrol": "#!/bin/sh\necho \"$3\"\n",  # show hostnames <list>: our lists hold one name
         "srun": "#!/bin/sh\nopts=\nwhile [ \"${1#--}\" != \"$1\" ]; do opts=\"$opts $1\"; shift; done\n"
                 f"echo \"$1 $opts\" >> {launched}\nname=$1; shift\n"
-                "case \" $* \" in *\" --dry-run \"*) ;; *) set -- \"$@\" --dry-run;; esac\n"
+                "case \" $* \" in *\" --dry-run \"*) ;; *) [ \"$name\" = composer-prime ] || set -- \"$@\" --dry-run;; esac\n"
                 f"exec {sys.executable} -c '{run_entry}' \"$name\" \"$@\"\n",
     }
     for name, text in shims.items():
@@ -66,12 +66,14 @@ def test_slurm_script_resolves_and_starts_three_processes_in_the_image(tmp_path)
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     steps = [line.split() for line in launched.read_text().splitlines()]
-    assert sorted(s[0] for s in steps) == ["inference", "orchestrator", "rl", "trainer"]
+    assert sorted(s[0] for s in steps) == ["composer-prime", "inference", "orchestrator", "rl", "trainer"]
     for name, *opts in steps:
         assert f"--container-image={IMAGE}" in opts and f"--container-mounts={out}:{out}" in opts, (name, opts)
     orch = tomllib.loads((out / "configs/orchestrator.toml").read_text())
     assert orch["inference_urls"] == ["http://node0:8000"] and orch["transport"]["address"] == "tcp://node1:5557"
     assert tomllib.loads((out / "configs/inference.toml").read_text())["host"] == "0.0.0.0"
+    assert orch["auth"]["keys_dir"] == str(out / "keys")  # the binds leave loopback: the plan names keys,
+    assert (out / "keys/trainer.key_secret").exists()  # and the script makes them
 
 
 def test_dockerfile_default_command_is_an_entrypoint():

@@ -65,6 +65,32 @@ class BatchTransportConfig(Strict):
         return ("0.0.0.0" if host == "*" else host), int(port)
 
 
+class AuthConfig(Strict):
+    """Keys of processes that listen beyond loopback (transports/auth.py says which file is whose)."""
+
+    keys_dir: Path | None = Field(None, description="from `composer-prime keys make --out DIR`; `rl` uses "
+                                                     "<output_dir>/keys when needed")
+
+
+class WandbConfig(Strict):
+    """Weights & Biases: metrics also go to W&B (utils/metrics.py); needs `uv sync --extra wandb`."""
+
+    mode: Literal["disabled", "online", "offline"] = Field("disabled", description="disabled, online, or offline "
+                                                                                   "(a local run directory)")
+    project: str = Field("composer-prime", description="W&B project")
+    entity: str | None = Field(None, description="W&B entity (team or user)")
+    name: str | None = Field(None, description="each process logs its own run, <name>-trainer and "
+                                               "<name>-orchestrator, grouped by name")
+    dir: Path | None = Field(None, description="where W&B keeps its local files (offline runs); default the "
+                                               "process's output_dir")
+
+    @model_validator(mode="after")
+    def _check(self) -> "WandbConfig":
+        if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
+            raise ValueError(f"mode \"{self.mode}\" needs the wandb package: uv sync --extra wandb")
+        return self
+
+
 class WeightBroadcastConfig(Strict):
     """How new weights reach inference. `filesystem`: a shared `weights/` directory and a POST to
     /update_weights. `shardcast`: the trainer runs a SHARDCAST origin; inference nodes download,
@@ -83,8 +109,9 @@ class WeightBroadcastConfig(Strict):
                                                     "<output_dir>/keys/trainer.ed25519")
     servers: CommaList = Field(default_factory=list, description="shardcast, inference side: relays and/or the "
                                                                  'origin, e.g. ["http://relay:8200"]')
-    public_key: str = Field("", description="shardcast, inference side: the trainer's ed25519 public key (hex); "
-                                            "nothing unsigned by it is loaded")
+    public_key: str = Field("", description="shardcast, inference side: the trainer's ed25519 public key, hex or "
+                                            "the file holding it (keys/trainer.ed25519.pub); nothing unsigned by it "
+                                            "is loaded")
 
 
 class RelayConfig(Strict):
@@ -92,8 +119,8 @@ class RelayConfig(Strict):
 
     upstream: CommaList = Field(min_length=1, description="origin and/or relay URLs to mirror, e.g. "
                                                           "http://trainer-host:8100 (comma-separated)")
-    public_key: str = Field(min_length=1, description="the trainer's ed25519 public key (hex); unsigned steps "
-                                                      "are never served")
+    public_key: str = Field(min_length=1, description="the trainer's ed25519 public key, hex or the file holding "
+                                                      "it (keys/trainer.ed25519.pub); unsigned steps are never served")
     host: str = Field("127.0.0.1", description="listening address")
     port: Port = Field(8200, description="listening port")
     data_dir: Path = Field(Path("outputs/relay"), description="where mirrored steps are kept")
@@ -117,9 +144,13 @@ class InferenceConfig(Shared, Pinned):
     weights_path: Path | None = Field(None, description="start from this step directory (set by rl on resume)")
     weight_version: int = Field(0, ge=0, description="the step of the weights served first (set by rl on resume)")
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "InferenceConfig":
+        if any(a.split("=")[0] in ("--host", "--port") for a in self.vllm_args):
+            raise ValueError("vllm_args: --host and --port are set by composer-prime (vLLM's server listens on "
+                             "loopback behind ours); set inference.host and inference.port instead")
         wb = self.weight_broadcast
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
             raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
@@ -236,7 +267,8 @@ class OrchestratorConfig(Shared, Pinned, Sections):
                                                       "(0 = strictly on-policy)")
     max_concurrency: int = Field(32, ge=1, description="episodes in flight at once")
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
-    resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
@@ -319,6 +351,14 @@ class TrainerConfig(Shared, Pinned):
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"],
                                       description="inference servers told to load each new step (filesystem)")
     resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    def signing_key(self) -> Path:
+        """The SHARDCAST signing key: as configured, else in the keys directory, else <output_dir>/keys."""
+        from composer_prime.transports.auth import SIGNING_KEY
+
+        return self.weight_broadcast.key_path or Path(self.auth.keys_dir or Path(self.output_dir) / "keys") / SIGNING_KEY
 
     def binds(self) -> list[tuple[str, str, int]]:
         """(key, host, port) for every port this process listens on."""

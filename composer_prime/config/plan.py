@@ -4,7 +4,10 @@ Usually three processes. `inference_replicas = N` adds inference servers on cons
 (the orchestrator spreads requests over all of them); with `[weight_broadcast] type =
 "shardcast"` the trainer runs the SHARDCAST origin, `relays = K` starts K local relays, every
 inference server pulls from the relays (or the origin when K = 0) and verifies each step
-against the trainer's public key, which `rl` creates under `<output_dir>/keys/`.
+against the trainer's public key (`keys/trainer.ed25519.pub`). When a process listens beyond
+loopback, all three get `auth.keys_dir = <output_dir>/keys` (transports/auth.py). Planning only
+names key files: `rl` creates them when it launches (never for --dry-run), `composer-prime keys
+make` for processes started by hand.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from composer_prime.config.loader import ConfigError
-from composer_prime.config.models import InferenceConfig, RelayConfig, WeightBroadcastConfig
+from composer_prime.config.models import AuthConfig, InferenceConfig, RelayConfig, WeightBroadcastConfig
 from composer_prime.config.rl import RLConfig
+from composer_prime.transports.auth import is_loopback, zmq_host
 
 
 @dataclass
@@ -32,15 +36,16 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
         inf = inf.model_copy(update={"weight_version": resume_from[0], "weights_path": resume_from[1]})
     relays: list[RelayConfig] = []
     wb = trainer.weight_broadcast
+    if not all(is_loopback(h) for h in (inf.host, zmq_host(trainer.transport.address))):
+        keys = AuthConfig(keys_dir=Path(cfg.output_dir) / "keys")
+        inf, orch, trainer = (c if c.auth.keys_dir else c.model_copy(update={"auth": keys}) for c in (inf, orch, trainer))
     if wb.type == "shardcast":
-        from composer_prime.transports.weights.shardcast import load_or_create_key, public_hex
-
         if wb.keep_last < orch.max_async_level + 1:  # a node one async window behind must still find its step
             raise ConfigError(f"weight_broadcast.keep_last: {wb.keep_last} is below orchestrator.max_async_level + 1 "
                               f"= {orch.max_async_level + 1}")
 
-        key_path = wb.key_path or Path(cfg.output_dir) / "keys" / "trainer.ed25519"
-        public = public_hex(load_or_create_key(key_path))
+        key_path = trainer.signing_key()
+        public = str(key_path.with_name(key_path.name + ".pub"))  # written beside the key when it is made
         trainer = trainer.model_copy(update={"weight_broadcast": wb.model_copy(update={"key_path": key_path})})
         origin = f"http://{wb.host}:{wb.port}"
         relays = [RelayConfig(upstream=[origin], public_key=public, host=wb.host, port=wb.port + 1 + i,

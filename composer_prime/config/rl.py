@@ -15,8 +15,8 @@ from pydantic import Field
 
 from composer_prime.config.help import Section
 from composer_prime.config.loader import ConfigError, validate
-from composer_prime.config.models import (BatchTransportConfig, InferenceConfig, OrchestratorConfig, Shared,
-                                          TrainerConfig, WeightBroadcastConfig)
+from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, Shared,
+                                          TrainerConfig, WandbConfig, WeightBroadcastConfig)
 
 SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
 
@@ -30,6 +30,8 @@ class RLConfig(Shared):
                                              "(shardcast only)")
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
     inference: Annotated[dict, Section(InferenceConfig, SHARED_KEYS)] = Field(default_factory=dict)
     orchestrator: Annotated[dict, Section(OrchestratorConfig, SHARED_KEYS)] = Field(default_factory=dict)
     trainer: Annotated[dict, Section(TrainerConfig, SHARED_KEYS)] = Field(default_factory=dict)
@@ -48,10 +50,12 @@ class RLConfig(Shared):
                     where = provenance.get(f"{name}.{key}", "defaults")
                     raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
                 section[key] = top
+            section.setdefault("auth", self.auth.model_dump())
             if name != "inference":
                 section.setdefault("transport", self.transport.model_dump())
+                section.setdefault("wandb", self.wandb.model_dump())
+            if name == "trainer":  # the trainer decides where a run resumes; the orchestrator follows it
                 section.setdefault("resume", self.resume)
-            if name == "trainer":
                 section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
             sections[name] = section
         inf = validate(InferenceConfig, sections["inference"], provenance, ("inference",))

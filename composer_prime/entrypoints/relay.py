@@ -7,6 +7,7 @@ import sys
 
 from composer_prime.config import RelayConfig, load_or_exit
 from composer_prime.entrypoints import checks
+from composer_prime.transports.auth import public_key
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     from composer_prime.transports.weights.shardcast.relay import Relay, serve
 
     log = lambda m: print(m, flush=True)  # noqa: E731
-    relay = Relay(cfg.upstream, cfg.data_dir, cfg.public_key, cfg.keep_last, cfg.poll_wait_s, log=log)
+    relay = Relay(cfg.upstream, cfg.data_dir, public_key(cfg.public_key), cfg.keep_last, cfg.poll_wait_s, log=log)
     log(f"[relay] mirroring {', '.join(cfg.upstream)} on http://{cfg.host}:{cfg.port} ({cfg.data_dir})")
     asyncio.run(serve(relay, cfg.host, cfg.port))
 

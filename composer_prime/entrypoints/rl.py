@@ -19,6 +19,7 @@ from composer_prime.config.plan import Process, plan
 from composer_prime.entrypoints import checks
 from composer_prime.env_runtime.tasksets import EnvError, check_envs
 from composer_prime.model.resolve import resolve_model
+from composer_prime.transports import auth
 from composer_prime.utils.report import write_report
 from composer_prime.utils.supervise import supervise
 
@@ -63,12 +64,22 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
     return cfg, processes, paths, dry_run
 
 
+def make_keys(processes: list[Process]) -> None:
+    """Create the key files the plan names (only those missing): at launch, never for --dry-run."""
+    for p in processes:
+        if getattr(p.config, "auth", None) is not None and p.config.auth.keys_dir is not None:
+            auth.make_keys(p.config.auth.keys_dir)
+        if p.name == "trainer" and p.config.weight_broadcast.type == "shardcast":
+            auth.ensure_signing_key(p.config.signing_key())
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg, processes, paths, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
+    make_keys(processes)
     resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before the processes race
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}

@@ -13,7 +13,20 @@ import sys
 
 from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.entrypoints import checks
+from composer_prime.transports import auth
 from composer_prime.utils.net import free_port
+
+
+def check_keys(cfg: TrainerConfig) -> None:
+    """Refuse to start unprotected or without a key it will need: here, in one line, rather than from
+    inside torchrun (whose report of a failed rank is many lines)."""
+    keys = cfg.auth.keys_dir
+    auth.require("transport.address", auth.zmq_host(cfg.transport.address), keys is not None, "push training batches")
+    if keys is not None:
+        auth.curve_keys(keys, "trainer", "orchestrator")
+        auth.token(keys)
+    if cfg.weight_broadcast.type == "shardcast" and not cfg.signing_key().exists():
+        auth.refuse(f"weight_broadcast.key_path {cfg.signing_key()}: no signing key; {auth.HOW}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(TrainerConfig, argv, checks.PROCESS, ports=True)
     if dry_run:
         return
+    check_keys(cfg)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun

@@ -9,6 +9,7 @@ import uvicorn
 from composer_prime.config import InferenceConfig
 from composer_prime.inference.server import ServerState, build_app
 from composer_prime.model.resolve import resolve_model
+from composer_prime.transports import auth
 
 
 def make_engine(cfg: InferenceConfig, model_path: str):
@@ -22,7 +23,7 @@ def make_engine(cfg: InferenceConfig, model_path: str):
     return HFEngine(model_path, cfg.model, max_model_len=cfg.max_model_len)
 
 
-async def serve(cfg: InferenceConfig) -> None:
+async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
     base = resolve_model(cfg.model, lambda m: print(f"[inference] {m}", flush=True))
     engine = make_engine(cfg, base)
     await engine.start()
@@ -31,14 +32,14 @@ async def serve(cfg: InferenceConfig) -> None:
         await engine.load_weights(str(cfg.weights_path))
         state.version, state.weights_path = cfg.weight_version, str(cfg.weights_path)
     print(f"[inference] {type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(state), host=cfg.host, port=cfg.port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(build_app(state, token), host=cfg.host, port=cfg.port, log_level="warning"))
     follower = None
     if cfg.weight_broadcast.type == "shardcast":
         from composer_prime.transports.weights.shardcast.follow import follow
 
         wb = cfg.weight_broadcast
         follower = asyncio.create_task(follow(
-            wb.servers, wb.public_key, base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
+            wb.servers, auth.public_key(wb.public_key), base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
             state.load, lambda m: print(f"[inference] {m}", flush=True)))
         follower.add_done_callback(lambda t: setattr(server, "should_exit", True))  # it never ends unless it failed
     try:

@@ -5,16 +5,19 @@ Routes: /v1/models, /v1/completions, /v1/chat/completions (OpenAI shapes, with l
 verifiers' training client calls), /inference/v1/score (top-k next-token log-probs of a given
 sequence: a teacher's distribution for distillation), /update_weights (hot-load a step directory), /health.
 Every response carries the serving weight version (header X-Weight-Version, and in JSON).
+With a token, the routes that change state (/update_weights) want `Authorization: Bearer <token>`
+and answer 401 without it; serve.py insists on one when the server listens beyond loopback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import time
 import uuid
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from transformers import AutoTokenizer
@@ -57,7 +60,7 @@ class ServerState:
         self.version = version
         self.weights_path = weights_path
         self.update_lock = asyncio.Lock()
-        self.stats = {"updates": 0, "failed_updates": 0, "requests": 0}
+        self.stats = {"updates": 0, "failed_updates": 0, "requests": 0, "unauthorized": 0}
 
     async def load(self, path: str, version: int) -> None:
         """Hot-load a step directory: the one way weights change, whoever delivers them."""
@@ -81,9 +84,17 @@ def _params(body: dict, tokenizer) -> SamplingParams:
     )
 
 
-def build_app(state: ServerState) -> FastAPI:
+def build_app(state: ServerState, token: str | None = None) -> FastAPI:
+    """The routes over `state`; with `token`, control routes need it as a Bearer token."""
     app = FastAPI(title="composer-prime inference")
     tok = state.tokenizer
+    expected = f"Bearer {token}".encode() if token else None
+
+    def control(request: Request) -> None:
+        if expected is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
+            state.stats["unauthorized"] += 1
+            raise HTTPException(status_code=401, detail="this route needs the run's token (Authorization: Bearer ...)",
+                                headers={"WWW-Authenticate": "Bearer"})
 
     @app.middleware("http")
     async def version_header(request: Request, call_next):
@@ -101,7 +112,7 @@ def build_app(state: ServerState) -> FastAPI:
         return {"object": "list", "data": [{"id": state.engine.model_name, "object": "model",
                                              "max_model_len": state.engine.max_model_len}]}
 
-    @app.post("/update_weights")
+    @app.post("/update_weights", dependencies=[Depends(control)])
     async def update_weights(req: UpdateWeights) -> dict:
         try:
             await state.load(req.path, req.version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -61,13 +62,17 @@ class InferenceClient:
                     raise RuntimeError(f"inference at {self.urls} not ready after {timeout_s:.0f}s") from None
                 await asyncio.sleep(1.0)
 
-    async def wait_version(self, minimum: int, timeout_s: float = 1800.0) -> int:
-        """Block until every server serves at least `minimum`; returns the oldest served version."""
+    async def wait_version(self, minimum: int, timeout_s: float = 1800.0,
+                           interrupt: Callable[[], bool] = lambda: False) -> int | None:
+        """Block until every server serves at least `minimum`; returns the oldest served version, or
+        None as soon as `interrupt()` is true (the version may never come: e.g. the trainer restarted)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             oldest = min(await self.versions())
             if oldest >= minimum:
                 return oldest
+            if interrupt():
+                return None
             if asyncio.get_running_loop().time() > deadline:
                 raise RuntimeError(f"inference still at weights v{oldest}, needed v{minimum}: is the trainer alive?")
             await asyncio.sleep(0.1)

@@ -3,7 +3,9 @@
 Async with bounded staleness: the batch for trainer step n may come from policy n-k at the
 oldest (k = max_async_level). With k = 1 inference samples batch n while the trainer is busy
 with step n-1. A rollout from an older policy is dropped and counted, never trained on.
-Task choice is a pure function of (seed, step), so a resumed run continues exactly.
+Task choice is a pure function of (seed, step), so a resumed run continues exactly. Where to
+continue is the trainer's word: it announces the step it expects over the batch channel (on
+start, and again after every restart), so the orchestrator needs none of the trainer's files.
 
 Each step is two stages: `collect` samples groups (dynamic sampling, staleness) and `build`
 turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/batch.py:
@@ -13,7 +15,6 @@ one per channel that needs orchestrator-side work, e.g. distill's hints and teac
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import statistics
 import time
@@ -30,9 +31,10 @@ from composer_prime.orchestrator.advantages import group_advantages, has_spread,
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout, group
-from composer_prime.trainer import checkpoint
+from composer_prime.transports import auth
 from composer_prime.transports.batches.schema import Batch
-from composer_prime.transports.batches.zmq import BatchSender
+from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
+from composer_prime.utils.metrics import MetricsLog
 from composer_prime.utils.proc import pin_cpus
 
 
@@ -79,8 +81,8 @@ def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
 
 
 class Orchestrator:
-    def __init__(self, cfg: OrchestratorConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: OrchestratorConfig, keys: CurveKeys = None) -> None:
+        self.cfg, self.keys = cfg, keys
         self.run = Path(cfg.output_dir)
         self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model, log))
         groups, total = cfg.groups_per_step(), sum(e.ratio for e in cfg.envs)
@@ -89,7 +91,9 @@ class Orchestrator:
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
-        self.metrics_path = self.run / "orchestrator" / "metrics.jsonl"
+        self.trainer: str | None = None  # the trainer start we follow (the id it announces)
+        self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
+        self.restarts = 0  # trainer restarts followed (a metric)
 
     def _group(self, env: EnvRun, task, size: int, seed: int):
         return group(self.client, self.tok, env.cfg.id, task, self.cfg.sampling, self.cfg.seq_len, env.cfg.max_turns,
@@ -171,51 +175,64 @@ class Orchestrator:
         return shape_reward(r.reward, r.model_tokens, c.overlong_max, c.overlong_cache, c.length_penalty,
                             c.sampling.max_tokens)
 
-    def record(self, row: dict) -> None:
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+    def restarted(self, sender: BatchSender) -> int | None:
+        """The step a trainer started since we last acted expects (its latest word), else None."""
+        for trainer, expect in sender.announcements():
+            if trainer != self.trainer or self.restart is not None:
+                self.trainer, self.restart = trainer, expect
+        return self.restart
 
     async def run_loop(self) -> None:
         cfg = self.cfg
-        start = 0
-        if cfg.resume and (found := checkpoint.latest(self.run / "checkpoints")):
-            start = found[0]
-        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.metrics_path.exists():  # keep what happened before the checkpoint we resume from
-            rows = [ln for ln in self.metrics_path.read_text().splitlines() if start and json.loads(ln)["step"] < start]
-            self.metrics_path.write_text("".join(r + "\n" for r in rows))
         log(f"waiting for inference at {cfg.inference_urls}")
         await self.client.wait_ready()
-        sender = BatchSender(cfg.transport.address)
+        sender = BatchSender(cfg.transport.address, self.keys)
+        log(f"waiting for the trainer at {cfg.transport.address}")
+        while self.restarted(sender) is None:
+            await asyncio.sleep(0.2)
+        step = start = self.restart
+        self.restart = None
+        metrics = MetricsLog(self.run, "orchestrator", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
         for env in self.envs:
             log(f"{env.cfg.id}: {len(env.train)} train / {len(env.held_out)} held-out tasks, "
                 f"{env.groups} groups of {env.group_size} per step")
         log(f"steps {start}..{cfg.max_steps}")
         run_start = time.time()
-        for step in range(start, cfg.max_steps):
-            version = await self.client.wait_version(step - cfg.max_async_level)
+        while True:
+            # Step n may use policy n - k; after the last step, wait for the final weights.
+            needed = step - cfg.max_async_level if step < cfg.max_steps else cfg.max_steps
+            version = await self.client.wait_version(needed, interrupt=lambda: self.restarted(sender) is not None)
             row: dict = {"step": step, "time": time.time()}
-            if step == start or step % cfg.eval.interval == 0:
-                t_eval = time.time()
-                evals, row["eval_version"] = await self.evaluate()
-                row |= evals | {"eval_s": time.time() - t_eval}
-            batch, info = await self.build(step, await self.collect(step))
+            if version is not None and step < cfg.max_steps:
+                if step == start or step % cfg.eval.interval == 0:
+                    t_eval = time.time()
+                    evals, row["eval_version"] = await self.evaluate()
+                    row |= evals | {"eval_s": time.time() - t_eval}
+                batch, info = await self.build(step, await self.collect(step))
+            if self.restarted(sender) is not None:  # what we made went to a trainer that is gone: follow the new one
+                log(f"the trainer restarted and expects step {self.restart}: continuing from there")
+                step = start = self.restart
+                self.restart, self.restarts = None, self.restarts + 1
+                metrics.rewind(step)
+                continue
+            if step == cfg.max_steps:
+                break
             if info["empty_batch"]:
                 log(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
                     f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
             sender.send(batch)
-            row |= info
-            self.record(row)
+            row |= info | {"trainer_restarts": self.restarts}
+            metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             log(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
                 f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
-        final = await self.client.wait_version(cfg.max_steps)
+            step += 1
         t_eval = time.time()
-        evals, version = await self.evaluate()
-        self.record({"step": cfg.max_steps, "time": time.time(), **evals, "eval_version": version,
-                     "eval_s": time.time() - t_eval})
-        log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{final}")
+        evals, final = await self.evaluate()
+        metrics.log({"step": cfg.max_steps, "time": time.time(), **evals, "eval_version": final, "eval_s": time.time() - t_eval})
+        log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{version}")
         sender.close()
+        metrics.close()
         for run_step in self.steps.values():
             await run_step.close()
         await self.client.close()

@@ -6,7 +6,6 @@ hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,9 +21,11 @@ from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
+from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
-from composer_prime.transports.weights.publish import Publisher, make_publisher
+from composer_prime.transports.weights.publish import FilesystemPublisher, Publisher, ShardcastPublisher
+from composer_prime.utils.metrics import MetricsLog
 
 
 def log(msg: str) -> None:
@@ -33,26 +34,28 @@ def log(msg: str) -> None:
 
 
 def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> Batch:
-    """Rank 0 waits for the batch of `step` (older ones, resent before a restart, are dropped);
-    each channel checks its own data on arrival, so a malformed batch is refused, not trained on."""
+    """Rank 0 waits for the batch of `step`, telling the orchestrator every second that it does (so after
+    a restart the orchestrator regenerates from here). Batches of other steps were meant for the trainer
+    before a restart, older or queued ahead of it: dropped. Each channel checks its own data on
+    arrival, so a malformed batch is refused, not trained on."""
     box: list = [None]
     if receiver is not None:
-        waited = time.time()
+        waited, said = time.time(), time.time()
         while box[0] is None:
+            receiver.announce(step)
             try:
-                batch = receiver.recv(timeout_s=30)
+                batch = receiver.recv(timeout_s=1)
                 if batch is not None:
                     objective.check(batch)
             except SchemaError as e:
                 print(f"[trainer] rejected a message: {e}", flush=True)
                 continue
-            if batch is None:
+            if batch is None and time.time() - said > 30:
                 print(f"[trainer] waiting for batch {step} ({time.time() - waited:.0f}s)", flush=True)
-            elif batch.step < step:
-                print(f"[trainer] dropped batch {batch.step}: already trained past it", flush=True)
-            elif batch.step > step:
-                raise RuntimeError(f"received batch {batch.step} while expecting {step}: orchestrator and trainer disagree")
-            else:
+                said = time.time()
+            elif batch is not None and batch.step != step:
+                print(f"[trainer] dropped batch {batch.step}: expecting {step}", flush=True)
+            elif batch is not None:
                 box[0] = batch
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -67,6 +70,14 @@ def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: in
         publisher.publish(step, path)
         filesystem.prune(root, cfg.weight_broadcast.keep_last)
     dist.barrier()
+
+
+def make_publisher(cfg: TrainerConfig) -> Publisher:
+    wb = cfg.weight_broadcast
+    if wb.type == "shardcast":
+        return ShardcastPublisher(cfg.signing_key(), Path(cfg.output_dir) / "shardcast", wb.host, wb.port, wb.shard_size,
+                                  wb.keep_last, wb.delta, cfg.inference_urls)
+    return FilesystemPublisher(cfg.inference_urls, auth.token(cfg.auth.keys_dir))
 
 
 def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Objective, pad_id: int) -> dict[str, float]:
@@ -138,20 +149,16 @@ def main(argv: list[str] | None = None) -> None:
 
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     start = 0
-    metrics_path = run / "trainer" / "metrics.jsonl"
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
         checkpoint.load(path, model, optim, objective.modules())
         log(f"resumed from {path} (step {start})")
-        if dist.get_rank() == 0 and metrics_path.exists():  # forget steps the checkpoint does not contain
-            lines = [ln for ln in metrics_path.read_text().splitlines() if json.loads(ln)["step"] < start]
-            metrics_path.write_text("".join(ln + "\n" for ln in lines))
         publish(cfg, model, model_dir, start, publisher)
-    elif dist.get_rank() == 0:
-        metrics_path.unlink(missing_ok=True)
-    receiver = BatchReceiver(cfg.transport.address) if dist.get_rank() == 0 else None
-    if dist.get_rank() == 0:
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    sink, receiver = None, None
+    if dist.get_rank() == 0:  # rows of steps the checkpoint does not contain are forgotten
+        sink = MetricsLog(run, "trainer", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
+        keys = auth.curve_keys(cfg.auth.keys_dir, "trainer", "orchestrator") if cfg.auth.keys_dir else None
+        receiver = BatchReceiver(cfg.transport.address, keys)
     log(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
     for step in range(start, cfg.max_steps):
@@ -163,9 +170,8 @@ def main(argv: list[str] | None = None) -> None:
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.
         if dist.get_rank() == 0:
-            row = {"step": step, "compute_s": compute_s, "time": time.time(), **metrics}
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            sink.log({"step": step, "compute_s": compute_s, "time": time.time(), **metrics,
+                      "transport/refused": receiver.stats["refused"]})
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
         publish(cfg, model, model_dir, step + 1, publisher)
@@ -174,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()
+        sink.close()
     if publisher is not None:
         publisher.close()
     log("done")

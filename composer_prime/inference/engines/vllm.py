@@ -158,6 +158,9 @@ class VLLMEngine:
         env = dict(os.environ)
         env["VLLM_SERVER_DEV_MODE"] = "1"
         env["HF_HUB_OFFLINE"] = "1"  # everything is local; never reach for a hub
+        # Its engine and workers talk over TCP too (gloo, ZMQ): on our loopback, never the machine's address,
+        # which vLLM would otherwise pick. Our server is the only door in (see the --host above).
+        env["VLLM_HOST_IP"] = "127.0.0.1"
         if not on_gpu:
             # 1 GiB of KV cache: unset, vLLM sizes it from free RAM, which the trainer on the same box needs.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

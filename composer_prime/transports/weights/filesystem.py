@@ -54,9 +54,11 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(step_dir(root, s), ignore_errors=True)
 
 
-def notify_inference(urls: list[str], path: Path, version: int, timeout_s: float = 120.0) -> None:
+def notify_inference(urls: list[str], path: Path, version: int, token: str | None = None, timeout_s: float = 120.0) -> None:
     """Ask every inference server to load `path` as `version`; raise if any refuses."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     for url in urls:
-        r = httpx.post(f"{url}/update_weights", json={"path": str(path.resolve()), "version": version}, timeout=timeout_s)
+        r = httpx.post(f"{url}/update_weights", json={"path": str(path.resolve()), "version": version}, headers=headers,
+                       timeout=timeout_s)
         if r.status_code != 200:
             raise RuntimeError(f"{url} refused weights step {version}: {r.status_code} {r.text[:200]}")

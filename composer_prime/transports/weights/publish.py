@@ -8,7 +8,6 @@ from typing import Protocol
 
 import httpx
 
-from composer_prime.config import TrainerConfig
 from composer_prime.transports.weights import filesystem
 
 
@@ -18,13 +17,13 @@ class Publisher(Protocol):
 
 
 class FilesystemPublisher:
-    """Inference reads the shared directory; tell each server to load it."""
+    """Inference reads the shared directory; tell each server to load it (with the run's token, if any)."""
 
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
+    def __init__(self, urls: list[str], token: str | None = None) -> None:
+        self.urls, self.token = urls, token
 
     def publish(self, step: int, path: Path) -> None:
-        filesystem.notify_inference(self.urls, path, step)
+        filesystem.notify_inference(self.urls, path, step, self.token)
 
     def close(self) -> None:
         pass
@@ -33,14 +32,14 @@ class FilesystemPublisher:
 class ShardcastPublisher:
     """Run the SHARDCAST origin; inference nodes pull, verify and load on their own."""
 
-    def __init__(self, cfg: TrainerConfig) -> None:
+    def __init__(self, key_path: Path, work_dir: Path, host: str, port: int, shard_size: int, keep_last: int,
+                 delta: bool, urls: list[str]) -> None:
         from composer_prime.transports.weights.shardcast import Origin, load_or_create_key
 
-        wb = cfg.weight_broadcast
-        key = load_or_create_key(wb.key_path or Path(cfg.output_dir) / "keys" / "trainer.ed25519")
-        self.origin = Origin(Path(cfg.output_dir) / "shardcast", key, wb.host, wb.port, wb.shard_size, wb.keep_last,
-                             delta=wb.delta).start()
-        self.urls, self.last = cfg.inference_urls, -1
+        # The key exists (the trainer entrypoint checks): made by `rl` or `composer-prime keys make`, so
+        # inference nodes were given its public half.
+        self.origin = Origin(work_dir, load_or_create_key(key_path), host, port, shard_size, keep_last, delta=delta).start()
+        self.urls, self.last = urls, -1
 
     def publish(self, step: int, path: Path) -> None:
         self.origin.publish(step, path)
@@ -57,9 +56,3 @@ class ShardcastPublisher:
                 pass
             time.sleep(0.5)
         self.origin.stop()
-
-
-def make_publisher(cfg: TrainerConfig) -> Publisher:
-    if cfg.weight_broadcast.type == "shardcast":
-        return ShardcastPublisher(cfg)
-    return FilesystemPublisher(cfg.inference_urls)
