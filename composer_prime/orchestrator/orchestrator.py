@@ -181,17 +181,22 @@ class Orchestrator:
         log(f"steps {start}..{cfg.max_steps}")
         run_start = time.time()
         for step in range(start, cfg.max_steps):
+            t_wait = time.time()
             version = await self.client.wait_version(step - cfg.max_async_level)
             row: dict = {"step": step, "time": time.time()}
+            row["wait_s"] = row["time"] - t_wait  # idle: waiting for a recent enough policy
             if step == start or step % cfg.eval.interval == 0:
                 t_eval = time.time()
                 evals, row["eval_version"] = await self.evaluate()
                 row |= evals | {"eval_s": time.time() - t_eval}
+            t_collect = time.time()
             batch, info = await self.collect(step)
+            row["collect_s"] = time.time() - t_collect  # generation and scoring (gen_s), then advantages and samples
             if not batch.samples:
                 log(f"step {step}: every group was flat or stale; sending an empty batch")
+            t_send = time.time()
             sender.send(batch)
-            row |= info
+            row |= info | {"send_s": time.time() - t_send}
             self.record(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             log(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
