@@ -39,10 +39,7 @@ import asyncio
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,76 +47,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.support.heldout import evaluate_runs  # noqa: E402
+from benchmarks.support.timed import run_timed  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
-from composer_prime.utils.proc import die_with_parent  # noqa: E402
 from composer_prime.utils.report import time_breakdown  # noqa: E402
 
 GROUP, BATCH, LR, WARMUP, MAX_TOKENS = 8, 128, 1e-4, 10, 16
-EVAL_SEEDS = (10_000_000, 20_000_000)  # two samples per held-out task, the same for every checkpoint
-
-
-# ---------------------------------------------------------------- memory of a process tree
-def tree_rss(root_pid: int) -> int:
-    """Resident bytes of a process and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(stat[1]), []).append(int(d.name))
-            rss[int(d.name)] = int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            pass
-    total, todo = 0, [root_pid]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total
-
-
-class Watch(threading.Thread):
-    """Every half second: the peak RSS of the run's process tree and the last answer of `probe`."""
-
-    def __init__(self, pid: int, probe=None) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.probe, self.peak, self.last, self.done = pid, probe, 0, {}, threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.5):
-            self.peak = max(self.peak, tree_rss(self.pid))
-            if self.probe is not None:
-                try:
-                    self.last = self.probe()
-                except (httpx.HTTPError, ValueError):
-                    pass  # not up yet, or already stopping
-
-
-def run_timed(cmd: list[str], budget: float, log: Path, probe=None) -> tuple[float, int, dict]:
-    """Run `cmd` for at most `budget` seconds (then SIGTERM: SIGINT is ignored by jobs a shell put in the
-    background); returns (start time, peak RSS, last answer of `probe`)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
-        start = time.time()
-        p = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                             preexec_fn=die_with_parent(signal.SIGTERM))  # nothing outlives an interrupted benchmark
-        watch = Watch(p.pid, probe)
-        watch.start()
-        try:
-            if p.wait(timeout=budget) != 0:  # ended before the budget: it must have finished its steps
-                raise SystemExit(f"{' '.join(cmd[:5])} failed with exit code {p.returncode} (log: {log})")
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        watch.done.set()
-        watch.join()
-    return start, watch.peak, watch.last
 
 
 def rows(path: Path) -> list[dict]:
@@ -140,15 +73,16 @@ def run_ours(a: argparse.Namespace, seed: int, engine: str, async_level: int = 1
            "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
     if len(os.sched_getaffinity(0)) >= 2:  # inference and trainer each on its own core, so they really overlap
         cmd += ["--inference.cpus", "[0]", "--trainer.cpus", "[1]"]
-    start, peak, health = run_timed(cmd, a.budget, run / "bench.log",
+    start, peak, health = run_timed(cmd, ROOT, a.budget, run / "bench.log",
                                     lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json())
     kept = []
     for d in sorted((run / "weights").glob("step_*"), key=lambda d: int(d.name.split("_")[1])):
         step = int(d.name.split("_")[1])
-        if step % a.eval_every or not (d / "STABLE").exists():
-            shutil.rmtree(d)  # only what the evaluator needs stays on disk
+        t = (d / "STABLE").stat().st_mtime - start if (d / "STABLE").exists() else a.budget + 1
+        if step % a.eval_every or t > a.budget:  # only what the evaluator needs stays on disk
+            shutil.rmtree(d)
         else:
-            kept.append({"step": step, "t": (d / "STABLE").stat().st_mtime - start, "path": str(d)})
+            kept.append({"step": step, "t": t, "path": str(d)})
     orch = rows(run / "orchestrator" / "metrics.jsonl")
     end = max((r["time"] for r in orch), default=start) - start
     return {"checkpoints": kept, "steps": len(rows(run / "trainer" / "metrics.jsonl")), "peak_rss_mb": peak / 2**20,
@@ -207,66 +141,13 @@ def run_trl(a: argparse.Namespace, seed: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cmd = [sys.executable, __file__, "--trl", str(seed), str(out), str(a.steps), str(a.eval_every)]
-    start, peak, _ = run_timed(cmd, a.budget, out / "bench.log")
+    start, peak, _ = run_timed(cmd, ROOT, a.budget, out / "bench.log")
     done = rows(out / "steps.jsonl")
     kept = [{"step": r["step"], "t": r["time"] - start, "path": str(out / f"step_{r['step']}")} for r in done
-            if (out / f"step_{r['step']}" / "model.safetensors").exists()]
+            if (out / f"step_{r['step']}" / "model.safetensors").exists() and r["time"] - start <= a.budget]
     end = done[-1]["time"] - start if done else 1.0
     return {"checkpoints": kept, "steps": len(done), "peak_rss_mb": peak / 2**20,
             "completions_per_s": len(done) * BATCH / max(end, 1e-9), "save_s": sum(r["save_s"] for r in done)}
-
-
-# ---------------------------------------------------------------- one evaluator for both
-async def heldout_rewards(url: str, paths: list[str | None], n_tasks: int) -> list[float]:
-    """Held-out reward of each checkpoint (None: the starting model), loaded into one server in turn."""
-    from composer_prime.envs.hub.evaluate import evaluate
-    from composer_prime.orchestrator.envs import load_tasks
-
-    tasks = load_tasks("reverse-text", {"split": "eval", "num_tasks": 200})[:n_tasks]
-    out = []
-    async with httpx.AsyncClient(timeout=120) as http:
-        for version, path in enumerate(paths):
-            if path is not None:
-                r = await http.post(f"{url}/update_weights", json={"path": path, "version": version})
-                r.raise_for_status()
-            runs = await asyncio.gather(*(evaluate(tasks, url, "tiny", max_tokens=MAX_TOKENS, temperature=1.0, seed=s,
-                                                   concurrency=n_tasks) for s in EVAL_SEEDS))
-            rewards = [row["reward"] for rs in runs for row in rs]
-            out.append(sum(rewards) / len(rewards))
-    return out
-
-
-def evaluate_runs(a: argparse.Namespace, results: dict) -> None:
-    """Turn every run's kept checkpoints into its curve [(seconds, held-out reward)], from (0, start)."""
-    port = free_port()
-    log = (a.work / "evaluator.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", "tiny", "--engine",
-                               "hf", "--port", str(port), "--output_dir", str(a.work / "evaluator")], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT, preexec_fn=die_with_parent(signal.SIGTERM))
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while not _healthy(url):
-            if server.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"the evaluator's inference server did not start (log: {a.work / 'evaluator.log'})")
-            time.sleep(0.5)
-        runs = [r for name in results["systems"] for r in results[name]]
-        paths = [None] + [c["path"] for r in runs for c in r["checkpoints"]]
-        rewards = iter(asyncio.run(heldout_rewards(url, paths, a.eval_tasks)))
-        start = next(rewards)
-        for r in runs:
-            r["curve"] = [(0.0, start)] + [(c["t"], next(rewards)) for c in r.pop("checkpoints")]
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        log.close()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 # ---------------------------------------------------------------- report
@@ -377,7 +258,8 @@ def main() -> None:
             results[f"ours-{e}"][0]["breakdown_sync"] = sync["breakdown"]
             shutil.rmtree(a.work / f"ours-{e}-{seeds[0]}-sync" / "weights", ignore_errors=True)
     print("evaluating every kept checkpoint (off the clock)", flush=True)
-    evaluate_runs(a, results)
+    runs = [r for name in systems for r in results[name]]
+    evaluate_runs(runs, a.work, a.eval_tasks, MAX_TOKENS)
     for name in systems:
         for r in results[name]:
             r["time_to_threshold_s"] = time_to(r["curve"], a.threshold)
