@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from composer_prime.utils.proc import pin_cpus
+from composer_prime.utils.proc import exit_with_parent, pin_cpus
 from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
@@ -128,6 +128,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
 
 
 def main(argv: list[str] | None = None) -> None:
+    exit_with_parent()  # a rank dies with torchrun, also when torchrun is SIGKILLed
     cfg, _ = load_or_exit(TrainerConfig, argv)
     pin_cpus(cfg.cpus, "trainer")
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")

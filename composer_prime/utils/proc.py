@@ -22,11 +22,23 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        _deathsig(sig)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+def exit_with_parent(sig: int = signal.SIGTERM) -> None:
+    """The same backstop for this process, started by a launcher that is not ours: torchrun starts
+    each rank in a session of its own, out of reach of a stop of torchrun's process group, so a
+    SIGKILLed torchrun would leave its ranks running. No-op off Linux."""
+    if sys.platform.startswith("linux"):
+        _deathsig(sig)
+
+
+def _deathsig(sig: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 def pin_cpus(cpus: list[int], who: str) -> None:
