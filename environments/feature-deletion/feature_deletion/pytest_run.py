@@ -50,6 +50,27 @@ PYTEST_DETERMINISM = {
 }
 
 
+def neutral_options(plugins: list[str]) -> list[str]:
+    """The project's `addopts` (`--cov`, `-n auto`, `--doctest-modules`...) and required plugins
+    switched off, and the plugins to load named one by one (autoload is off everywhere)."""
+    opts = ["-o", "addopts=", "-o", "required_plugins="]
+    for p in plugins:
+        opts += ["-p", p]
+    return opts
+
+
+def cause(output: str) -> str:
+    """The line of pytest's output that says why it produced no report."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for pick in (lambda ln: ": error:" in ln or ln.startswith("error:"),
+                 lambda ln: ln.startswith(("ERROR", "E ")) and "usage:" not in ln,
+                 lambda ln: "Error" in ln):
+        found = [ln for ln in lines if pick(ln)]
+        if found:
+            return found[0][:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
 def pytest_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """os.environ without what would leak into or steer the run, plus `env` on top."""
     out = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_CORE_"))}

@@ -178,20 +178,37 @@ def run(
     cwd: str = SANDBOX_REPO,
     packages: Sequence[str] = DEFAULT_PACKAGES,
     hidden_modules: Sequence[str] = (),
+    site: Path | None = None,
 ) -> Result:
     """Run `cmd` with `workdir` mounted read-write at /sandbox/repo and nothing else of the host
-    writable. `hidden_modules`: top-level module names that must not be visible (the task's own
-    library); it is an error if an allow-listed package provides one."""
+    writable. `site`: a task's test environment (testenv.py), mounted read-only at /sandbox/site;
+    without it the allow-listed `packages` of this venv are. `hidden_modules`: top-level module
+    names that must not be visible (the task's own library); it is an error if one is there.
+    `env` entries set to None are removed from the command's environment."""
     ensure_available()
-    return _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules)
+    return _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules, site)
 
 
-def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules) -> Result:
-    binds, masks, links = sandbox_layout.system_layout()
+def _site_binds(packages: Sequence[str], hidden: Sequence[str], site: Path | None) -> list[dict]:
+    if site is not None:
+        site = Path(site).resolve()
+        if not site.is_dir():
+            raise SandboxError(f"test environment not found: {site}")
+        for name in hidden:
+            if (site / name).exists() or (site / f"{name}.py").exists():
+                raise SandboxError(f"the test environment {site} holds {name}, the task's own library: refusing to expose it")
+        return [{"src": str(site), "dst": SANDBOX_SITE, "rw": False, "dir": True}]
+    binds = []
     for path, name in site_entries(tuple(packages)):
-        if name.removesuffix(".py") in hidden_modules:
+        if name.removesuffix(".py") in hidden:
             raise SandboxError(f"package {name} ({path}) is the task's own library: refusing to expose it")
         binds.append({"src": path, "dst": f"{SANDBOX_SITE}/{name}", "rw": False, "dir": os.path.isdir(path)})
+    return binds
+
+
+def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules, site=None) -> Result:
+    binds, masks, links = sandbox_layout.system_layout()
+    binds += _site_binds(packages, hidden_modules, site)
     writable = [Mount(Path(workdir), SANDBOX_REPO, True), *mounts]
     for m in writable:
         binds.append({"src": str(Path(m.src).resolve()), "dst": m.dst, "rw": m.writable, "dir": Path(m.src).is_dir()})
@@ -210,7 +227,7 @@ def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_mod
         "root": str(root), "binds": binds, "masks": masks, "symlinks": links,
         "files": sandbox_layout.ETC_GENERATED, "tmp_mb": limits.tmp_mb,
         "uid": limits.uid, "gid": limits.uid, "status_fd": status_w, "cwd": cwd,
-        "argv": list(cmd), "env": {**base_env, **(env or {})},
+        "argv": list(cmd), "env": {k: v for k, v in {**base_env, **(env or {})}.items() if v is not None},
         "nice": limits.nice, "rlimits": {
             "AS": limits.memory_mb << 20, "NPROC": limits.nproc, "FSIZE": limits.fsize_mb << 20,
             "CPU": limits.cpu_s, "NOFILE": limits.nofile, "CORE": 0,

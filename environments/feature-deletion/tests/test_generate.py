@@ -18,7 +18,8 @@ from feature_deletion.gates import COLLATERAL, FAILS_BEFORE, NOT_FAILING, RESTOR
 from feature_deletion.generate import build
 from feature_deletion.pytest_run import run_pytest
 from feature_deletion.taskdir import load_task
-from sandbox_support import MINILIB, tree_digest, write_tree
+from feature_deletion.hostguard import tree_digest
+from sandbox_support import MINILIB, write_tree
 
 ROOT = Path(__file__).resolve().parents[3]
 quiet = lambda m: None  # noqa: E731

@@ -16,7 +16,7 @@ import pytest
 
 from feature_deletion import sandbox, sandbox_cgroup
 from feature_deletion.sandbox import Limits, python_argv, run
-from sandbox_support import leaked_sandbox_pids, sandbox_pids
+from feature_deletion.hostguard import leaked_sandbox_pids, sandbox_pids
 
 SMALL = Limits(memory_mb=512, nproc=32, cpu_s=30, fsize_mb=4, tmp_mb=32, output_kib=16)
 
