@@ -25,7 +25,7 @@ from feature_deletion.hostguard import HostGuard, plant_caches
 from feature_deletion.redteam_agents import Ctx, Step, honest, scripts
 from feature_deletion.redteam_controls import ATTACKS, OriginalServer, Run, clean
 from feature_deletion.sandbox import Limits
-from feature_deletion.scoring import Score, ScoreConfig, score_task
+from feature_deletion.scoring import Score, score_task
 from feature_deletion.taskdir import MANIFEST, TASK_FILE, load_task
 from feature_deletion.tools import FeatureDeletionSession, SessionConfig
 
@@ -164,7 +164,10 @@ def _attack(run: Run, attack: str, planted: list[str], name: str) -> Outcome:
         if run.server.hits != hits:
             problems.append("the host's server was reached")
         stopped = spec.stopped(score, run.reference)
-        shown, how = spec.control(run, ctx, session, proofs, score)
+        try:
+            shown, how = spec.control(run, ctx, session, proofs, score)
+        except Exception as e:  # noqa: BLE001 - a control that cannot run shows nothing
+            shown, how = False, f"the control crashed: {type(e).__name__}: {e}"
     finally:
         asyncio.run(session.close())
         guard.cleanup()

@@ -18,7 +18,7 @@ from typing import Callable
 from feature_deletion import sandbox
 from feature_deletion.baseline import is_test_file
 from feature_deletion.redteam_agents import Ctx
-from feature_deletion.redteam_payloads import COMMON, STEAL, WRITE_OUTSIDE
+from feature_deletion.redteam_payloads import COMMON, STEAL_FIND, WRITE_OUTSIDE
 from feature_deletion.scoring import Score, ScoreConfig, sandboxed_pytest, score_task, suite_env, task_test_args
 from feature_deletion.tools import FeatureDeletionSession
 
@@ -87,8 +87,9 @@ def host_steal(run, ctx, session, proofs, score):
         victim = Path(tmp) / Path(ctx.file).name
         victim.write_text(ctx.broken)
         ns = {"__file__": str(victim), "__name__": "victim"}
-        exec(compile(ctx.fill(COMMON + STEAL), str(victim), "exec"), ns)  # unsandboxed: reads only
-    return ns["_stolen"] == ctx.solution_path.read_text(), "on the host the same code finds the original"
+        exec(compile(ctx.fill(COMMON + STEAL_FIND), str(victim), "exec"), ns)
+        found = ns["_steal"]()  # unsandboxed, the same search (it only reads)
+    return found == ctx.solution_path.read_text(), "on the host the same code finds the original"
 
 
 def unstripped_caches(run, ctx, session, proofs, score):
@@ -108,7 +109,11 @@ def in_session(run, ctx, session, proofs, score):
 
 def unfrozen(run, ctx, session, proofs, score):
     s = score_task(run.task_dir, session.repo, run.scoring(freeze_tests=False))
-    return s.reward == 1.0, f"with writable tests it scores {s.reward}"
+    if s.reward == 1.0:
+        return True, "with writable tests it scores 1.0"
+    # a test file importing the package first is compiled before the rewrite: the next run sees it
+    return bool(proofs), (f"with writable tests it scores {s.reward} in one run; in the agent's own copy the "
+                          f"rewritten tests {'pass' if proofs else 'never passed'} on the next run")
 
 
 def no_canary(run, ctx, session, proofs, score):

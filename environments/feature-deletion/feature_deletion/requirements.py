@@ -78,16 +78,31 @@ def _parse(text: str) -> Requirement | None:
         return None
     if req.url:
         return None
-    if req.marker is not None:
-        if not any(req.marker.evaluate({"extra": e}) for e in ("", *TEST_EXTRAS, *DEV_EXTRAS)):
+    if req.marker is not None:  # the extra was chosen by the caller: the marker decides on the platform only
+        named = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(req.marker)) or [""]
+        if not any(req.marker.evaluate({"extra": e}) for e in named):
             return None
         req.marker = None
     return req
 
 
-def _pick_extras(extras: dict[str, list[str]]) -> list[str]:
-    chosen = [e for e in extras if e in TEST_EXTRAS] or [e for e in extras if e in DEV_EXTRAS]
-    return [r for e in chosen for r in extras[e]]
+def _pick_extras(extras: dict[str, list[str]], names: set[str]) -> list[str]:
+    """The requirements of the test extras (else the dev ones), and of the project's own extras
+    they name (`test = ["mypkg[toml]", ...]`), never the project itself."""
+    todo = [e for e in extras if e in TEST_EXTRAS] or [e for e in extras if e in DEV_EXTRAS]
+    seen, out = set(), []
+    while todo:
+        extra = todo.pop(0)
+        if extra in seen or extra not in extras:
+            continue
+        seen.add(extra)
+        for text in extras[extra]:
+            req = _parse(text)
+            if req is not None and normalize(req.name) in names:
+                todo += [normalize(x) for x in req.extras]
+            else:
+                out.append(text)
+    return out
 
 
 def _pkg_info(root: Path, d: Declared) -> None:
@@ -102,7 +117,7 @@ def _pkg_info(root: Path, d: Declared) -> None:
             m = re.search(r"""extra\s*==\s*['"]([^'"]+)['"]""", text)
             (extras.setdefault(normalize(m.group(1)), []) if m else runtime).append(text)
         d.add(runtime, False, "PKG-INFO")
-        d.add(_pick_extras(extras), True, "PKG-INFO extras")
+        d.add(_pick_extras(extras, d.names), True, "PKG-INFO extras")
 
 
 def _egg_info(root: Path, d: Declared) -> None:
@@ -118,7 +133,7 @@ def _egg_info(root: Path, d: Declared) -> None:
                 text = f"{line}; {marker}" if marker else line
                 (extras.setdefault(normalize(extra), []) if extra else runtime).append(text)
         d.add(runtime, False, req_txt.relative_to(root).as_posix())
-        d.add(_pick_extras(extras), True, f"{req_txt.relative_to(root).as_posix()} extras")
+        d.add(_pick_extras(extras, d.names), True, f"{req_txt.relative_to(root).as_posix()} extras")
 
 
 def _pyproject(root: Path, d: Declared) -> None:
@@ -134,16 +149,16 @@ def _pyproject(root: Path, d: Declared) -> None:
         d.names.add(normalize(project["name"]))
     d.add(list(project.get("dependencies", [])), False, "pyproject.toml [project]")
     extras = {normalize(k): v for k, v in project.get("optional-dependencies", {}).items()}
-    d.add(_pick_extras(extras), True, "pyproject.toml extras")
+    d.add(_pick_extras(extras, d.names), True, "pyproject.toml extras")
     groups = data.get("dependency-groups", {})
-    d.add(_pick_extras({normalize(k): _group(groups, k) for k in groups}), True, "pyproject.toml dependency-groups")
+    d.add(_pick_extras({normalize(k): _group(groups, k) for k in groups}, d.names), True, "pyproject.toml dependency-groups")
     poetry = data.get("tool", {}).get("poetry", {})
     if isinstance(poetry.get("name"), str):
         d.names.add(normalize(poetry["name"]))
     d.add([n for n in poetry.get("dependencies", {}) if n != "python"], False, "pyproject.toml poetry", True)
     pgroups = {normalize(k): list(v.get("dependencies", {})) for k, v in poetry.get("group", {}).items()}
     pgroups.setdefault("dev", list(poetry.get("dev-dependencies", {})))
-    d.add(_pick_extras(pgroups), True, "pyproject.toml poetry groups", True)
+    d.add(_pick_extras(pgroups, d.names), True, "pyproject.toml poetry groups", True)
 
 
 def _group(groups: dict, name: str, depth: int = 0) -> list[str]:
@@ -176,7 +191,7 @@ def _setup_cfg(root: Path, d: Declared) -> None:
         d.add(_lines(cfg.get("options", "tests_require", fallback="")), True, "setup.cfg tests_require")
     if cfg.has_section("options.extras_require"):
         extras = {normalize(k): _lines(v) for k, v in cfg.items("options.extras_require")}
-        d.add(_pick_extras(extras), True, "setup.cfg extras")
+        d.add(_pick_extras(extras, d.names), True, "setup.cfg extras")
 
 
 def _setup_py(root: Path, d: Declared) -> None:
@@ -201,7 +216,7 @@ def _setup_py(root: Path, d: Declared) -> None:
                 d.add([str(v) for v in value], True, "setup.py tests_require")
             elif kw.arg == "extras_require" and isinstance(value, dict):
                 extras = {normalize(str(k)): [str(v) for v in vs] for k, vs in value.items() if isinstance(vs, (list, tuple))}
-                d.add(_pick_extras(extras), True, "setup.py extras")
+                d.add(_pick_extras(extras, d.names), True, "setup.py extras")
 
 
 def _req_file(path: Path, root: Path, seen: set[Path]) -> list[str]:

@@ -6,8 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from feature_deletion.sandbox import Limits
+
 
 MINILIB = Path(__file__).parent / "fixtures" / "minilib"
+DEPLIB = Path(__file__).parent / "fixtures" / "deplib"
+SRCLIB = Path(__file__).parent / "fixtures" / "srclib"
+# Tight limits and timeouts for red-team runs on the fixtures (their suites take about a second).
+REDTEAM_LIMITS = Limits(memory_mb=384, nproc=48, cpu_s=30, fsize_mb=8, tmp_mb=64)
+REDTEAM_TIMEOUTS = (6.0, 12.0)  # run_tests, scoring
 HANDMADE_TASK = "tinylib.stats--mean--body"  # the one task of make_handmade_taskset
 STATS_BROKEN = '''"""Small statistics helpers."""
 
