@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--keep-pytest-config", action="store_true",
                    help="keep the project's addopts and let pytest autoload every installed plugin")
     p.add_argument("--pytest-plugins", default=None, metavar="MOD,MOD",
-                   help="the plugins to load with -p (default: those the test environment installs, minus "
-                        "coverage, xdist, random-order, rerun and output plugins)")
+                   help="the plugins to load with -p (default: those the test environment installs, "
+                        "minus the ones that reorder tests)")
     p.add_argument("--retry-failed", action="store_true", help="--sources: build again the sources that failed")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.set_defaults(func=run)

@@ -26,9 +26,10 @@ class BuildLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "w", encoding="utf-8", buffering=1)
 
-    def __call__(self, msg: str) -> None:
+    def __call__(self, msg: str, echo: bool = True) -> None:
         self._write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
-        self.echo(msg)
+        if echo:
+            self.echo(msg)
 
     def detail(self, text: str) -> None:
         self._write("".join(f"    {ln}\n" for ln in text.rstrip().splitlines()))

@@ -62,7 +62,7 @@ def record(pristine: Path, layout: Layout, args: list[str], suite: Suite, work: 
     try:
         for i in (1, 2):
             t = time.perf_counter()
-            runs.append(suite.run(run, args, work / f"baseline{i}", s.baseline_timeout_s))
+            runs.append(suite.run(run, args, work / f"baseline{i}", s.baseline_timeout_s, keep_output=i == 1))
             times.append(time.perf_counter() - t)
             log(f"baseline run {i}/2: {len(runs[-1])} tests, {Counter(runs[-1].values()).get('passed', 0)} "
                 f"passed, {times[-1]:.1f} s")
@@ -137,7 +137,7 @@ def build(source: str, out: Path, seed: int = 0, max_tasks: int | None = None, v
         stage = taskdir.staging(out)
         return _build(source, out, seed, max_tasks, variant, force, jobs, s, blog, work, stage)
     except BuildError as e:
-        blog(f"error: {e}")
+        blog(f"error: {e}", echo=False)  # the caller reports it, once
         raise BuildError(f"{e}{blog.where()}") from None
     finally:
         blog.close()

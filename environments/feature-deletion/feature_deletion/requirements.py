@@ -28,8 +28,7 @@ TOOLING = {"tox", "nox", "pre-commit", "black", "flake8", "isort", "mypy", "ruff
            "codecov", "bumpversion", "bump2version", "bump-my-version", "check-manifest", "wheel", "build",
            "setuptools-scm", "pyroma", "readme-renderer", "towncrier", "docutils", "pydocstyle", "pycodestyle",
            "pyflakes", "autopep8", "yapf", "bandit", "safety", "ipython", "ipdb", "pdbpp", "sphinx"}
-TOOLING_PREFIXES = ("sphinx", "flake8-", "types-", "mypy-", "pytest-cov", "pytest-xdist", "pytest-randomly",
-                    "pytest-sugar", "pytest-rerunfailures", "pre-commit")
+TOOLING_PREFIXES = ("sphinx", "flake8-", "types-", "mypy-", "pre-commit")
 REQ_FILE = re.compile(r"(^|[-_/])(test|tests|testing|dev|develop|ci)([-_.]|$)")
 
 

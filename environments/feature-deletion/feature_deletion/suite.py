@@ -33,7 +33,8 @@ class Suite:
     detail: Callable[[str], None] = field(default=lambda m: None)  # the build log's full-output channel
 
     def run(self, tree: Path, args: list[str], out: Path, timeout_s: float, *, extra_env: dict | None = None,
-            mounts: Sequence[sandbox.Mount] = (), freeze: bool = True) -> dict[str, Outcome]:
+            mounts: Sequence[sandbox.Mount] = (), freeze: bool = True, keep_output: bool = False) -> dict[str, Outcome]:
+        """The run's outcomes; `keep_output`: its output goes to the build log even when it worked."""
         out.mkdir(parents=True, exist_ok=True)
         frozen = [sandbox.Mount(tree / rel, f"{sandbox.SANDBOX_REPO}/{rel}")
                   for rel in (protected_paths({"test_paths": self.test_paths}, tree, None) if freeze else [])]
@@ -46,6 +47,8 @@ class Suite:
         if problem:
             self.detail(f"pytest {' '.join(args)}: exit code {res.returncode}, {problem}; its output:\n{output}")
             raise PytestError(f"pytest exited {res.returncode} without a report: {cause(output)}")
+        if keep_output:
+            self.detail(f"pytest {' '.join(args)}: exit code {res.returncode}; its output:\n{output}")
         return outcomes
 
     def coverage(self, tree: Path, args: list[str], include: list[Path], work: Path,

@@ -1,6 +1,7 @@
 """Each source's own test environment: pytest, coverage and the project's declared runtime and
-test requirements (requirements.py), never the project itself, installed with uv into
-`<set>/testenv/site` for the sandbox's interpreter.
+test requirements (requirements.py), installed with uv into `<set>/testenv/site` for the
+sandbox's interpreter. Never the project itself, not even as a dependency of a test requirement
+(freezegun needs python-dateutil): such a dependency imports the tree's copy.
 
 The sandbox mounts that directory read-only at /sandbox/site for every run of the suite: the
 baseline, the gates, the agent's `run_tests` and scoring, so a task is built and scored against
@@ -23,9 +24,10 @@ from feature_deletion.requirements import Declared, normalize
 from feature_deletion.sandbox_layout import interpreter
 
 ALWAYS = ["pytest", "coverage"]
-# Plugins that change what runs or how (order, reruns, parallelism, coverage of their own) are
-# never loaded by default, even when the project's test requirements install them.
-NOT_LOADED = ("pytest_cov", "xdist", "pytest_randomly", "random_order", "pytest_sugar", "pytest_rerunfailures")
+# Plugins that reorder the tests by being loaded are never loaded by default. The others do
+# nothing unless asked (`--cov`, `-n`, `--reruns` lived in the addopts switched off) but may
+# register markers or fixtures the project's tests and conftest.py use.
+NOT_LOADED = ("pytest_randomly", "random_order")
 SITE = "site"
 
 
@@ -61,11 +63,14 @@ def _why(output: str) -> str:
     return text[:400] + ("..." if len(text) > 400 else "")
 
 
-def _install(site: Path, reqs: list[str], detail: Callable[[str], None]) -> tuple[bool, str]:
-    req_file = site.parent / "requirements.txt"
+def _install(site: Path, reqs: list[str], own: set[str], detail: Callable[[str], None]) -> tuple[bool, str]:
+    req_file, never = site.parent / "requirements.txt", site.parent / "never.txt"
     req_file.write_text("".join(r + "\n" for r in reqs))
+    # A test dependency may depend on the project (freezegun on python-dateutil): it gets the
+    # tree's copy, never an installed one. An override that can never apply keeps it out.
+    never.write_text("".join(f'{name} ; sys_platform == "never"\n' for name in sorted(own)))
     cmd = [_uv(), "pip", "install", "--python", interpreter()[0], "--target", str(site), "--no-progress",
-           "-r", str(req_file)]
+           "-r", str(req_file), "--overrides", str(never)]
     # cwd away from any project: uv would read a pyproject.toml or uv.toml found above it
     with tempfile.TemporaryDirectory(prefix="fd-uv-") as cwd:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
@@ -116,7 +121,7 @@ def build_env(dest: Path, declared: Declared, extra: list[str], modules: list[st
         shutil.rmtree(dest, ignore_errors=True)
         (dest / SITE).mkdir(parents=True)
         log(f"test environment: installing {len(reqs)} requirements with uv: {' '.join(reqs)}")
-        ok, why = _install(dest / SITE, reqs, detail)
+        ok, why = _install(dest / SITE, reqs, declared.names | {normalize(m) for m in modules}, detail)
         if ok:
             break
         first_error = first_error or why
