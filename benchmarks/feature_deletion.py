@@ -2,7 +2,7 @@
 every accepted task checked in the sandbox, a sample of every source audited by the red team.
 
     uv run python benchmarks/feature_deletion.py [--sources benchmarks/feature_deletion_sources.txt]
-        [--out outputs/bench/feature-deletion] [--max-tasks 6] [--jobs N] [--skip-redteam]
+        [--out outputs/bench/feature-deletion] [--max-tasks 5] [--jobs N] [--retry-failed] [--skip-redteam]
 
 The build is `composer-prime env build-tasks --sources` (feature_deletion.sources: parallel within
 the cores, resumable: rerunning after a crash keeps finished sources). Per source: tests
@@ -76,10 +76,11 @@ def source_row(root: Path, entry: dict) -> dict:
 def main() -> None:
     sources = parse_sources(Path(arg("--sources", str(ROOT / "benchmarks" / "feature_deletion_sources.txt"))))
     out = Path(arg("--out", str(ROOT / "outputs" / "bench" / "feature-deletion")))
-    max_tasks = int(arg("--max-tasks", "6"))
+    max_tasks = int(arg("--max-tasks", "5"))
     jobs = int(arg("--jobs", "0")) or None
     start = time.perf_counter()
-    index = build_many(sources, out, seed=0, max_tasks=max_tasks, jobs=jobs, settings=Settings())
+    index = build_many(sources, out, seed=0, max_tasks=max_tasks, jobs=jobs, settings=Settings(),
+                       retry_failed="--retry-failed" in sys.argv)
     build_s = time.perf_counter() - start
     rows = [source_row(out, e) for e in index["sources"]]
     red = None

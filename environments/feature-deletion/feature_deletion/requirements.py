@@ -232,16 +232,21 @@ def _req_file(path: Path, root: Path, seen: set[Path]) -> list[str]:
 
 
 def _requirement_files(root: Path, d: Declared) -> None:
+    """requirements.txt (runtime), and the files named for tests, else those named for development
+    (a dev lock file pins a whole toolchain: docs, type checkers, release tools)."""
     seen: set[Path] = set()
     candidates = [*root.glob("*requirements*.txt"), *root.glob("requirements/*.txt"), *root.glob("tests/requirements*.txt"),
                   *root.glob("test/requirements*.txt")]
+    kinds: dict[str, list[Path]] = {"runtime": [], "test": [], "dev": []}
     for path in sorted(set(candidates)):
         rel = path.relative_to(root).as_posix().lower()
-        if "doc" in rel:
-            continue
-        test = bool(REQ_FILE.search(rel.removesuffix(".txt")))
-        if test or rel == "requirements.txt":
-            d.add(_req_file(path, root, seen), test, rel, names_only=True)
+        m = REQ_FILE.search(rel.removesuffix(".txt"))
+        if "doc" not in rel and (m or rel == "requirements.txt"):
+            kinds["runtime" if not m else "test" if m.group(2).startswith("test") else "dev"].append(path)
+    for path in kinds["runtime"]:
+        d.add(_req_file(path, root, seen), False, path.relative_to(root).as_posix(), names_only=True)
+    for path in kinds["test"] or kinds["dev"]:
+        d.add(_req_file(path, root, seen), True, path.relative_to(root).as_posix(), names_only=True)
 
 
 def _tox(root: Path, d: Declared) -> None:

@@ -100,5 +100,8 @@ def test_declared_requirements_from_every_place(tmp_path):
     d = declared(root)
     assert d.names == {"proj"}
     assert d.runtime == ["attrs>=22"]  # tomli: not for this Python
-    # Test extras (and the project's own extra they name), pinned files as names, no tooling, no docs.
-    assert d.test == ["hypothesis>=6", "pyyaml", "freezegun", "pytz", "simplejson", "pytest", "mock"]
+    # Test extras (and the project's own extra they name), requirement files named for tests (as
+    # names: pins go stale), tox deps; no tooling, no docs, no dev file while a test file exists.
+    assert d.test == ["hypothesis>=6", "pyyaml", "freezegun", "pytz", "pytest", "mock"]
+    (root / "requirements" / "test.txt").unlink()
+    assert declared(root).test == ["hypothesis>=6", "pyyaml", "freezegun", "simplejson", "pytest", "mock"]
