@@ -60,7 +60,7 @@ def summary_lines(manifest: dict) -> list[str]:
         if reason not in gate_reasons:
             more = r["rejected"][reason] - len(names)
             lines.append(f"  rejected {reason} ({r['rejected'][reason]}): {', '.join(names)}"
-                         + (f" and {more} more (manifest.json)" if more else ""))
+                         + (f" and {more} more (all in the build log)" if more else ""))
     return lines
 
 

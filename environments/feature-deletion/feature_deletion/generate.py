@@ -181,6 +181,8 @@ def _build(source: str, out: Path, seed: int, max_tasks: int | None, variant: st
     order = sorted(sel.candidates, key=lambda c: (c.file, c.fn.lineno))
     random.Random(seed).shuffle(order)
     log(f"{sel.functions} functions, {len(order)} pass the size and test filters")
+    for reason, names in sorted(sel.rejected.items()):  # every one named, in the log
+        log.detail(f"rejected, {reason}: {', '.join(sorted(names))}")
 
     common = {"baseline_passing": base.stable_passing, "test_paths": layout.test_paths, "pytest_args": args,
               "testenv": f"../../{TESTENV}/site", "pytest_autoload": s.keep_pytest_config}

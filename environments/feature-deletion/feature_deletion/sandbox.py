@@ -5,8 +5,9 @@ Isolation, all from the kernel, no daemon (see sandbox_init.py for the process t
   uid otherwise); every capability is dropped before the command runs. Not being host root is
   what makes RLIMIT_NPROC bind (the kernel exempts real root from it).
 - mount namespace + pivot_root onto an empty tmpfs: only /usr (and the /bin, /lib links), the
-  interpreter's prefix, an allow-listed site-packages, the working copy (at /sandbox/repo) and
-  declared extra mounts are visible; site-/dist-packages, bundled wheels and /usr/src are masked;
+  interpreter's prefix, the task's test environment (or an allow-listed site-packages), the
+  working copy (at /sandbox/repo) and declared extra mounts are visible; site-/dist-packages,
+  bundled wheels and /usr/src are masked;
   /tmp is a private tmpfs; the root is read-only.
 - net namespace (loopback only), ipc and uts namespaces.
 - pid namespace: when the command ends or is killed, the kernel kills everything it forked.

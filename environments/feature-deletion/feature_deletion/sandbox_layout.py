@@ -1,8 +1,9 @@
 """What the sandbox can see: system directories, the interpreter, an allow-listed site-packages.
 
 The interpreter is the venv's python resolved to its base binary and run with -S, so nothing of
-any site-packages is on sys.path but the allow-listed distributions (pytest, coverage and their
-dependencies), bind-mounted one by one at /sandbox/site. The rest of the venv, the base
+any site-packages is on sys.path but /sandbox/site: a task's own test environment (testenv.py)
+or, for a task set built without one, the allow-listed distributions (pytest, coverage and their
+dependencies), bind-mounted one by one. The rest of the venv, the base
 interpreter's own site-packages, the system's dist-packages and bundled wheels may hold the task's
 library and are never shown.
 """

@@ -33,11 +33,11 @@ class Suite:
     detail: Callable[[str], None] = field(default=lambda m: None)  # the build log's full-output channel
 
     def run(self, tree: Path, args: list[str], out: Path, timeout_s: float, *, extra_env: dict | None = None,
-            mounts: Sequence[sandbox.Mount] = (), freeze: bool = True, keep_output: bool = False) -> dict[str, Outcome]:
+            mounts: Sequence[sandbox.Mount] = (), keep_output: bool = False) -> dict[str, Outcome]:
         """The run's outcomes; `keep_output`: its output goes to the build log even when it worked."""
         out.mkdir(parents=True, exist_ok=True)
         frozen = [sandbox.Mount(tree / rel, f"{sandbox.SANDBOX_REPO}/{rel}")
-                  for rel in (protected_paths({"test_paths": self.test_paths}, tree, None) if freeze else [])]
+                  for rel in protected_paths({"test_paths": self.test_paths}, tree, None)]
         outcomes, problem, res = sandboxed_pytest(tree, out, args, "junit.xml", timeout_s, self.limits, self.hidden,
                                                   [*frozen, *mounts], site=self.site, env={**self.env, **(extra_env or {})})
         output = (res.stdout + res.stderr).rstrip()
