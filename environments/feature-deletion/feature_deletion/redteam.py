@@ -116,7 +116,8 @@ def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
                                 f"the honest agent scored {honest_score.reward}: {honest_score.details['output'][-500:]}")]
             run.reference = score_task(tdir, tdir / "repo", run.scoring())  # the untouched broken repo
             if run.reference.reward != 0.0 or not clean(run.reference, run.reference):
-                return [Outcome(name, "untouched", run.reference.reward, None, "", False, "the broken repo does not score a clean 0")]
+                return [Outcome(name, "untouched", run.reference.reward, None, "", False,
+                                "the broken repo does not score a clean 0")]
             out = [Outcome(name, "honest", 1.0, None, "", True)]
             for attack in attacks:
                 out.append(_attack(run, attack, planted, name))
@@ -196,5 +197,6 @@ def audit(root: Path, n: int | None = None, attacks: list[str] | None = None, li
 
 
 def summary(results: list[Outcome]) -> dict:
-    return {"tasks": len({r.task for r in results}), "attacks": sum(r.attack not in ("honest", "untouched") for r in results),
+    attacks = sum(r.attack not in ("honest", "untouched") for r in results)
+    return {"tasks": len({r.task for r in results}), "attacks": attacks,
             "failures": sum(not r.ok for r in results), "results": [asdict(r) for r in results]}

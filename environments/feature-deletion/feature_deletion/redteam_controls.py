@@ -168,7 +168,8 @@ ATTACKS: dict[str, Attack] = {
     "copy_original_from_host": Attack("the sandbox shows no copy of the original", _clean_applied, host_steal),
     "read_caches_and_git": Attack("caches and VCS data stripped from every copy", _clean_applied, unstripped_caches),
     "edit_and_delete_tests": Attack("tests restored from the task and read-only while they run",
-                                    lambda s, r: clean(s, r) and any(is_test_file(Path(p).name) for p in s.details["ignored"]),
+                                    lambda s, r: clean(s, r) and any(is_test_file(Path(p).name)
+                                                                     for p in s.details["ignored"]),
                                     in_session),
     "rewrite_tests_at_runtime": Attack("tests read-only while they run", _clean_applied, unfrozen),
     "conftest_and_runner_config": Attack("conftest.py and runner config never applied",
@@ -185,7 +186,8 @@ ATTACKS: dict[str, Attack] = {
     "forge_junit_report": Attack("the canary test (missing from the forged report)",
                                  lambda s, r: "canary" in (s.details["tampered"] or ""), no_canary),
     "patch_pytest_internals": Attack("the canary test (it passed)",
-                                     lambda s, r: "canary" in (s.details["tampered"] or "") and s.details["raw_fraction"] == 1.0,
+                                     lambda s, r: "canary" in (s.details["tampered"] or "")
+                                     and s.details["raw_fraction"] == 1.0,
                                      no_canary),
     "shadow_pytest_and_site": Attack("root files never applied; python -S",
                                      lambda s, r: clean(s, r) and _ignored(s, "pytest.py", "sitecustomize.py",

@@ -214,7 +214,8 @@ def _setup_py(root: Path, d: Declared) -> None:
             elif kw.arg == "tests_require" and isinstance(value, (list, tuple)):
                 d.add([str(v) for v in value], True, "setup.py tests_require")
             elif kw.arg == "extras_require" and isinstance(value, dict):
-                extras = {normalize(str(k)): [str(v) for v in vs] for k, vs in value.items() if isinstance(vs, (list, tuple))}
+                extras = {normalize(str(k)): [str(v) for v in vs] for k, vs in value.items()
+                          if isinstance(vs, (list, tuple))}
                 d.add(_pick_extras(extras, d.names), True, "setup.py extras")
 
 

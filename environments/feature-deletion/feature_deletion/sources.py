@@ -63,7 +63,8 @@ def parse_sources(path: Path) -> list[Source]:
         src = Source(words[0], words[1:], n)
         if src.source.startswith("pypi:"):
             if not re.fullmatch(r"pypi:[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+", src.source):
-                raise BuildError(f"{path}:{n}: a pypi source pins one version, e.g. pypi:inflection==0.5.1 (got {src.source})")
+                raise BuildError(f"{path}:{n}: a pypi source pins one version, e.g. pypi:inflection==0.5.1 "
+                                 f"(got {src.source})")
         else:
             p = Path(src.source).expanduser()
             if not p.is_absolute():  # relative to the list file, wherever the command runs
