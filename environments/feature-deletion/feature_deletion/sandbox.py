@@ -209,7 +209,9 @@ def _site_binds(packages: Sequence[str], hidden: Sequence[str], site: Path | Non
 
 def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules, site=None) -> Result:
     binds, masks, links = sandbox_layout.system_layout()
-    binds += _site_binds(packages, hidden_modules, site)
+    copies, copy_masks = sandbox_layout.copies_of(tuple(sorted(hidden_modules)))
+    binds += [*copies, *_site_binds(packages, hidden_modules, site)]
+    masks = [*masks, *copy_masks]
     writable = [Mount(Path(workdir), SANDBOX_REPO, True), *mounts]
     for m in writable:
         binds.append({"src": str(Path(m.src).resolve()), "dst": m.dst, "rw": m.writable, "dir": Path(m.src).is_dir()})

@@ -14,6 +14,7 @@ import functools
 import importlib.metadata
 import os
 import sys
+import sysconfig
 from glob import glob
 from pathlib import Path
 
@@ -95,3 +96,34 @@ def system_layout() -> tuple[list[dict], list[str], list[list[str]]]:
     for dev in ("null", "zero", "full", "random", "urandom"):
         binds.append({"src": f"/dev/{dev}", "dst": f"/dev/{dev}", "rw": True, "dir": False})
     return binds, sorted(set(masks)), links
+
+
+@functools.cache
+def _system_index() -> dict[str, tuple[str, ...]]:
+    """name -> paths of every file and directory in the visible system trees (the bound system
+    directories and the interpreter's prefix, without the masked trees and the interpreter's own
+    standard library). Built once per process: a few seconds for 130,000 files."""
+    binds, masks, _ = system_layout()
+    skip = {*masks, os.path.realpath(sysconfig.get_paths()["stdlib"])}
+    index: dict[str, list[str]] = {}
+    for root in [b["src"] for b in binds if b["dir"] and not b["src"].startswith("/dev")]:
+        for top, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip]
+            for name in dirs + files:
+                index.setdefault(name, []).append(os.path.join(top, name))
+    return {k: tuple(v) for k, v in index.items()}
+
+
+@functools.cache
+def copies_of(modules: tuple[str, ...]) -> tuple[list[dict], list[str]]:
+    """(binds of /dev/null over modules `<m>.py`, masks over packages `<m>/`) for every copy of
+    these top-level modules in the visible system trees: a tool installed under /usr may vendor
+    the very library a task deleted a function from (the Google Cloud SDK ships six)."""
+    index = _system_index() if modules else {}
+    binds, masks = [], []
+    for m in modules:
+        binds += [{"src": "/dev/null", "dst": p, "rw": False, "dir": False}
+                  for p in index.get(f"{m}.py", ()) if os.path.isfile(p)]
+        masks += [p for p in index.get(m, ()) if os.path.isdir(p) and not os.path.islink(p)
+                  and any(f.endswith(".py") for f in os.listdir(p))]
+    return binds, masks

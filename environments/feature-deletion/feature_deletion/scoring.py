@@ -119,7 +119,8 @@ def _admissible(rel: str, path: Path, original: Path, dest: Path, roots: list[st
 
 def overlay(task: dict, pristine: Path, agent_repo: Path, dest: Path) -> tuple[list[str], list[str]]:
     """Copy the agent's admissible changes onto `dest` (a clean copy of `pristine`).
-    Returns (applied, ignored) relative paths; files the agent left unchanged are neither."""
+    Returns (applied, ignored) relative paths; files the agent left unchanged are neither, and
+    files it deleted are ignored (`dest` keeps them)."""
     roots = source_roots(task, pristine)
     test_paths = list(task.get("test_paths", []))
     applied, ignored, seen = [], [], 0
@@ -139,7 +140,19 @@ def overlay(task: dict, pristine: Path, agent_repo: Path, dest: Path) -> tuple[l
                 applied.append(rel)
             else:
                 ignored.append(rel)
-    return applied, ignored
+    return applied, ignored + _deleted(dest, agent_repo)
+
+
+def _deleted(tree: Path, agent_repo: Path) -> list[str]:
+    """Files of `tree` (the pristine copy) that the agent's tree no longer has."""
+    out = []
+    for top, dirs, files in os.walk(tree):
+        dirs.sort()
+        for name in sorted(files):
+            rel = (Path(top) / name).relative_to(tree).as_posix()
+            if not os.path.lexists(agent_repo / rel):
+                out.append(rel)
+    return out
 
 
 def junit_outcomes(junit: Path, tree: Path) -> tuple[dict[str, str], str | None]:
