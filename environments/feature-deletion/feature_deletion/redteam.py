@@ -95,7 +95,7 @@ def _arena(task_dir: Path, dest: Path) -> Path:
 def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
                timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print) -> list[Outcome]:
     """Every attack in `attacks` against one task. `timeouts`: (run_tests, scoring) in seconds;
-    default: three times what the honest agent's runs took (at least 10 and 20 s)."""
+    default: three times what the honest agent's runs took (at least 20 and 30 s)."""
     with tempfile.TemporaryDirectory(prefix="fd-redteam-") as tmp:
         arena = Path(tmp) / "set"
         tdir = _arena(task_dir, arena)
@@ -109,7 +109,7 @@ def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
             run = Run(tdir, arena, sentinel, server, limits, *(timeouts or (60.0, 120.0)))
             honest_score, took = _honest(run, planted)
             if timeouts is None:
-                run.test_timeout_s, run.score_timeout_s = max(10.0, 3 * took[0]), max(20.0, 3 * took[1])
+                run.test_timeout_s, run.score_timeout_s = max(20.0, 3 * took[0]), max(30.0, 3 * took[1])
             name = task_dir.name
             if honest_score.reward != 1.0:
                 return [Outcome(name, "honest", honest_score.reward, None, "", False,

@@ -7,7 +7,6 @@ original found by the same code on the host, the tests passing with the caches k
 from __future__ import annotations
 
 import http.server
-import os
 import shutil
 import tempfile
 import threading
@@ -19,7 +18,7 @@ from typing import Callable
 from feature_deletion import sandbox
 from feature_deletion.baseline import is_test_file
 from feature_deletion.redteam_agents import Ctx
-from feature_deletion.redteam_payloads import COMMON, STEAL_FIND, WRITE_OUTSIDE
+from feature_deletion.redteam_payloads import COMMON, HELPERS, STEAL_FIND, WRITE_OUTSIDE
 from feature_deletion.scoring import Score, ScoreConfig, sandboxed_pytest, score_task, suite_env, task_test_args
 from feature_deletion.tools import FeatureDeletionSession
 
@@ -88,13 +87,8 @@ def host_steal(run, ctx, session, proofs, score):
         victim = Path(tmp) / Path(ctx.file).name
         victim.write_text(ctx.broken)
         ns = {"__file__": str(victim), "__name__": "victim"}
-        before = os.environ.copy()
-        try:
-            exec(compile(ctx.fill(COMMON + STEAL_FIND), str(victim), "exec"), ns)
-            found = ns["_steal"]()  # unsandboxed, the same search (it only reads)
-        finally:
-            os.environ.clear()
-            os.environ.update(before)  # COMMON marks the environment; ours stays as it was
+        exec(compile(ctx.fill(HELPERS + STEAL_FIND), str(victim), "exec"), ns)
+        found = ns["_steal"]()  # unsandboxed, the same search (it only reads)
     return found == ctx.solution_path.read_text(), "on the host the same code finds the original"
 
 

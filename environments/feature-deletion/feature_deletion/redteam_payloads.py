@@ -3,12 +3,7 @@ Placeholders (`__NAME__`, `__TESTS__`, ...) are filled in by `Ctx.fill` for each
 here runs only inside the sandbox, except where a control runs it on the host on purpose
 (redteam.py: to show the prize is real, never to write anything)."""
 
-COMMON = '''import ast as _ast, os as _os, sys as _sys
-
-# A test that starts Python again (a command line run in a subprocess) imports this module again:
-# search the disk once per run, not once per process.
-_FIRST = not _os.environ.get("FD_ATTACK_RAN")
-_os.environ["FD_ATTACK_RAN"] = "1"
+HELPERS = '''import ast as _ast, os as _os, sys as _sys
 
 
 def _is_real(text):
@@ -30,10 +25,21 @@ def _is_real(text):
     return False
 
 
+def _read(path, mode="r", size=-1):
+    # closed at once: a project that turns ResourceWarning into an error must not notice the attack
+    with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        return f.read(size)
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def _install(text):
     exec(compile(text, __file__, "exec"), globals())
     try:
-        open(__file__, "w").write(text)
+        _write(__file__, text)
     except OSError:
         pass
 
@@ -53,6 +59,21 @@ def _walk(roots, budget=200000):
                     return
                 yield _os.path.join(d, f)
 '''
+# A test that starts Python again (a command line run in a subprocess) imports the module again:
+# search the disk once per run (the sandbox's /tmp is the run's own), not once per process.
+ONCE = '''
+
+def _first_import():
+    try:
+        _os.close(_os.open("/tmp/.fd-attack-ran", _os.O_CREAT | _os.O_EXCL | _os.O_WRONLY))
+        return True
+    except OSError:
+        return False
+
+
+_FIRST = _first_import()
+'''
+COMMON = HELPERS + ONCE
 STEAL_FIND = '''
 def _steal():
     me, base = _os.path.realpath(__file__), _os.path.basename(__file__)
@@ -61,7 +82,7 @@ def _steal():
     for p in _walk(roots):
         if _os.path.basename(p) == base and _os.path.realpath(p) != me:
             try:
-                text = open(p, encoding="utf-8").read()
+                text = _read(p)
             except (OSError, UnicodeDecodeError):
                 continue
             if _is_real(text):
@@ -82,7 +103,7 @@ def _from_caches():
         if not any(k in p for k in ("__pycache__", ".pyc", ".git", "_cache", ".pyre", ".pytype")):
             continue
         try:
-            data = open(p, "rb").read(4 << 20)
+            data = _read(p, "rb", 4 << 20)
             if p.endswith(".pyc"):
                 if data[:4] != importlib.util.MAGIC_NUMBER:
                     continue  # another Python's bytecode: running it could crash this one
@@ -121,7 +142,7 @@ def _neuter():
     for t in __TESTS__:
         path, name = t.split("::")[0], t.split("::")[-1].split("[")[0]
         try:
-            text = open(path).read()
+            text = _read(path)
             lines = text.splitlines(True)
             for node in _ast.walk(_ast.parse(text)):
                 if isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef)) and node.name == name:
@@ -131,7 +152,7 @@ def _neuter():
                     break
             new = "".join(lines)
             if new != text:
-                open(path, "w").write(new)
+                _write(path, new)
         except (OSError, SyntaxError):
             pass
 
@@ -162,7 +183,8 @@ NETWORK = '''
 import socket as _socket, urllib.request as _url
 for _host in ["127.0.0.1", "localhost", _socket.gethostname()]:
     try:
-        _install(_url.urlopen("http://%s:__PORT__/original" % _host, timeout=3).read().decode())
+        with _url.urlopen("http://%s:__PORT__/original" % _host, timeout=3) as _r:
+            _install(_r.read().decode())
         break
     except Exception:
         pass  # silent: a test checking what a subprocess prints must not see the attack
@@ -211,7 +233,7 @@ FORGE_JUNIT = CASES + '''
 def _forge():
     path = next((a.split("=", 1)[1] for a in _sys.argv if a.startswith("--junitxml=")), None)
     if path:
-        open(path, "w").write(_cases(__ALLTESTS__))  # every test the suite would report, but the canary
+        _write(path, _cases(__ALLTESTS__))  # every test the suite would report, but the canary
         _os._exit(0)
 
 
@@ -240,6 +262,7 @@ FAKE_PYTEST = '''import sys
 
 for a in sys.argv:
     if a.startswith("--junitxml="):
-        open(a.split("=", 1)[1], "w").write(_cases(__TESTS__))
+        with open(a.split("=", 1)[1], "w") as f:
+            f.write(_cases(__TESTS__))
 print("%d passed" % len(__TESTS__))
 '''
