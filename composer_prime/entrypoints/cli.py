@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from composer_prime.utils.logs import setup
+
 
 def _model(args: argparse.Namespace) -> int:
     from composer_prime.model.resolve import resolve_model
 
     try:
-        path = resolve_model(args.name, lambda m: print(m, file=sys.stderr, flush=True))
+        path = resolve_model(args.name)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -65,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    setup("composer-prime", stream=sys.stderr)  # stdout carries only the command's result (a path, a table)
     raise SystemExit(args.func(args))
 
 
