@@ -67,7 +67,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    setup("composer-prime", stream=sys.stderr)  # stdout carries only the command's result (a path, a table)
+    # `model` and `keys` print one path for scripts to read: their progress goes to stderr. The env
+    # commands' progress goes with their results to stdout: stderr holds only a failure's one line.
+    setup("composer-prime", stream=sys.stderr if args.command in ("model", "keys") else sys.stdout)
     raise SystemExit(args.func(args))
 
 
