@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"transports"},
     {"config"},
     {"model"},
-    {"env_runtime"},  # loading and running environments: the orchestrator and the hub tooling use it
+    {"env_runtime", "traces"},  # running environments (the orchestrator and the hub tooling use it); agent traces
     {"inference", "trainer", "orchestrator"},
     {"hub"},  # `composer-prime env ...`: scaffold, validate, eval, build, publish, install
     {"entrypoints"},

@@ -38,6 +38,7 @@ SEQUENCES = {
     "hub": [("uv run composer-prime env init my-env", list), ("uv run composer-prime env validate environments/my-env", list),
             ("uv run composer-prime env build environments/my-env", list),
             ("uv run composer-prime env publish environments/my-env", list)],
+    "traces": [("uv run composer-prime traces ingest tests/fixtures/traces --out outputs/traces.jsonl", list)],
     "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
                    lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "32"])],
 }
@@ -48,6 +49,7 @@ def run_sequence(name: str, tmp_path: Path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     (work / "configs").symlink_to(ROOT / "configs")
+    (work / "tests").symlink_to(ROOT / "tests")  # the README's trace example reads the repository's fixtures
     uv = shutil.which("uv") or pytest.fail("uv is not on PATH (the README's commands need it)")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for command, extra in SEQUENCES[name]:
@@ -113,3 +115,8 @@ def test_hub(tmp_path):
     manifest = json.loads((env / "dist" / "hub-manifest.json").read_text())
     wheels = list((env / "dist").glob("*.whl"))
     assert len(wheels) == 1 and manifest["content_hash"] and wheels[0].name in json.dumps(manifest)
+
+
+def test_traces(tmp_path):
+    steps = rows(run_sequence("traces", tmp_path) / "outputs" / "traces.jsonl")
+    assert len(steps) == 11 and sum(s["error"] is True for s in steps) == 2  # the fixtures' steps, errors marked

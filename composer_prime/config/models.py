@@ -194,6 +194,8 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     max_async_level: int = Field(1, ge=0, description="a batch for step n may use policy n-k at the oldest "
                                                       "(0 = strictly on-policy)")
     max_concurrency: int = Field(32, ge=1, description="episodes in flight at once")
+    record_traces: bool = Field(False, description="append every rollout to <output_dir>/orchestrator/traces.jsonl "
+                                                   "(OpenAI chat format: `composer-prime traces ingest` reads it)")
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)

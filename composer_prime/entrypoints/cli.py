@@ -5,6 +5,7 @@
     composer-prime model <path|hf-id>    check that a model resolves, print where
     composer-prime env <command> ...     environment tooling (see `composer-prime env --help`)
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
+    composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
     from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)
+    from composer_prime.traces.cli import add_parser as add_traces_parser
+
+    add_traces_parser(sub)
     return p
 
 

@@ -32,6 +32,7 @@ from composer_prime.orchestrator.advantages import group_advantages, has_spread,
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout, group
+from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
@@ -93,6 +94,7 @@ class Orchestrator:
         self.trainer: str | None = None  # the trainer start we follow (the id it announces)
         self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
         self.restarts = 0  # trainer restarts followed (a metric)
+        self.traces = TraceLog(self.run / "orchestrator" / "traces.jsonl") if cfg.record_traces else None
 
     def _group(self, env: EnvRun, task, size: int, seed: int):
         return group(self.client, self.tok, env.cfg.id, task, self.cfg.sampling, self.cfg.seq_len, env.cfg.max_turns,
@@ -150,6 +152,8 @@ class Orchestrator:
         step_metrics: dict = {}
         for name, run_step in self.steps.items():
             step_metrics |= {f"{name}/{k}": v for k, v in (await run_step(batch)).items()}
+        if self.traces is not None:
+            self.traces.write(step, batch.seen)
         gen_s = time.time() - c.start
         info = {
             "reward": mean([r.reward for r in batch.seen]),
@@ -232,6 +236,8 @@ class Orchestrator:
         log.info(f"final held-out reward {evals['eval_reward']:.3f} at weights v{version}")
         sender.close()
         metrics.close()
+        if self.traces is not None:
+            self.traces.close()
         for run_step in self.steps.values():
             await run_step.close()
         await self.client.close()
