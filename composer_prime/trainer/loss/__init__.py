@@ -5,7 +5,8 @@ weight per channel; per sample, what a channel needs beyond that travels in
 `Sample.channel_data[name]`. A channel is one module defining a `Channel` subclass: its config
 section (`trainer.loss.<name>`), what it checks on arrival, what it prepares per micro-batch
 (reference log-probs, teacher targets), its loss, what it does after the optimizer step (an
-EMA), which modules it adds to checkpoints, and what its loss is divided by. It is registered by
+EMA), which modules it adds to checkpoints, and what its loss is divided by. It checks its data
+on arrival, per sample and across samples (a DPO pair's two rows). It is registered by
 one entry point in the `composer_prime.loss_channels` group (pyproject.toml), or, for a module
 outside the package, by naming it in `trainer.loss.plugins` ("module:Class").
 
@@ -98,6 +99,9 @@ class Channel:
     def check(self, sample: Sample) -> None:
         """Validate (and parse in place) this channel's `channel_data` on arrival; raise SchemaError."""
 
+    def check_batch(self, batch: Batch) -> None:
+        """Validate what spans samples (a pair's two rows) once every sample passed `check`."""
+
     def begin(self, batch: Batch) -> None:
         """Once per step, before the micro-batches; the same batch on every rank."""
 
@@ -131,6 +135,8 @@ class Objective:
                     raise SchemaError(f"unknown loss channel '{name}' (this trainer has: {', '.join(self.channels)})")
             for name in s.channel_data:
                 self.channels[name].check(s)
+        for ch in self.channels.values():
+            ch.check_batch(batch)
 
     def active(self, counts: Counts) -> list[Channel]:
         """Channels with weighted tokens in this batch and a non-zero scale (equal on every rank)."""
