@@ -204,9 +204,10 @@ def delta_bytes(work: Path, last: int) -> list[dict]:
     """Full and delta bytes of steps last-2..last of a quickstart run (made once under `work`, then reused)."""
     run = work / f"run-{last}-steps"
     if not (run / "weights" / f"step_{last}" / "STABLE").exists():
+        # only its weights are read: held-out evaluation cut to the least the orchestrator does (one task)
         subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
-                        "--output_dir", str(run), "--max_steps", str(last), "--inference.port",
-                        str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
+                        "--output_dir", str(run), "--max_steps", str(last), "--orchestrator.eval.num_tasks", "1",
+                        "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = []
     for dtype in (torch.float32, torch.bfloat16):

