@@ -100,7 +100,7 @@ def wait_lines(procs: list[subprocess.Popen], timeout: float) -> list[float]:
 # ---------------------------------------------------------------- ours
 def client_ours(url: str, key: str, out: str) -> None:
     async def go():
-        dl = Downloader([url], key, Path(out) / "work", log=lambda m: None)
+        dl = Downloader([url], key, Path(out) / "work")
         await dl.latest(after=0, wait_s=0)  # connected
         print("ready", flush=True)
         while await dl.latest(after=0, wait_s=60) < 1:

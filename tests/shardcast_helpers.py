@@ -49,7 +49,7 @@ def origin(tmp_path):
 
 
 def downloader(tmp_path: Path, servers: list[str], key: str, name: str = "client", **kw) -> Downloader:
-    return Downloader(servers, key, tmp_path / name / "work", log=lambda m: None, **kw)
+    return Downloader(servers, key, tmp_path / name / "work", **kw)
 
 
 def fetch(dl: Downloader, step: int, dest: Path, **kw) -> Path:

@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from composer_prime.inference.engines.base import Generation, SamplingParams
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.inference.engines.base import Generation
 from composer_prime.inference.engines.vllm import VLLMEngine
 from composer_prime.model.tiny import build_random
 from composer_prime.model.tokenizer import build_tokenizer
@@ -126,7 +127,6 @@ def test_score_matches_transformers_prompt_logprobs(served: Served):
     assert torch.allclose(torch.tensor(s.token_logprobs), actual, atol=1e-3)
     assert torch.allclose(torch.tensor(s.top_logprobs), want.topk(k, -1).values, atol=1e-3)
     assert torch.allclose(torch.tensor(s.top_logprobs), want.gather(-1, torch.tensor(s.top_ids)), atol=1e-3)
-    assert s.weight_version == served.engine.weight_version
     with pytest.raises(NotImplementedError, match="temperature 1 only"):  # vLLM's prompt log-probs are raw
         served.run(served.engine.score(ids, start, k, temperature=0.7))
     with pytest.raises(ValueError, match="greater than max allowed"):  # vLLM's --max-logprobs, 20 by default
@@ -146,12 +146,9 @@ def test_load_weights_swaps_and_restores(served: Served):
     # engine drops that cache, the new weights would decode on the old weights' KV.
     prompt = [(7 * i) % 500 + 3 for i in range(300)]
     before = served.generate(prompt, max_tokens=16, temperature=0.0)
-    version = served.engine.weight_version
     served.run(served.engine.load_weights(str(served.model_b)))
-    assert served.engine.weight_version == version + 1
     assert served.generate(prompt, max_tokens=16, temperature=0.0).token_ids != before.token_ids
     swapped = served.generate(prompt, max_tokens=16, temperature=1.0, seed=3)
-    assert swapped.weight_version == version + 1
     expected, _ = _hf_logprobs(served.model_b, swapped, 1.0)
     assert torch.allclose(torch.tensor(swapped.logprobs), expected, atol=1e-3)
     served.run(served.engine.load_weights(str(served.model_a)))

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from composer_prime.config.models import SamplingConfig
+from composer_prime.config.sampling import SamplingParams
 from composer_prime.orchestrator.client import Completion
 from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats, distill_only, with_teachers
 from composer_prime.env_runtime.tasksets import load_tasks
@@ -24,10 +24,10 @@ class ScriptedPolicy:
     def __init__(self, tok, replies: list[str]) -> None:
         self.tok, self.replies, self.prompts = tok, list(replies), []
 
-    async def generate(self, prompt_ids: list[int], params: dict) -> Completion:
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         self.prompts.append(list(prompt_ids))
         ids = self.tok.encode(self.replies.pop(0), add_special_tokens=False) + [self.tok.eos_token_id]
-        cut = ids[: params["max_tokens"]]  # like an engine: the budget caps the reply
+        cut = ids[: params.max_tokens]  # like an engine: the budget caps the reply
         return Completion(cut, [-0.5] * len(cut), "stop" if cut == ids else "length", 7 - len(self.prompts))
 
 
@@ -43,7 +43,7 @@ def task():
 
 def run(tok, task, replies, max_turns=8, seq_len=512):
     policy = ScriptedPolicy(tok, replies)
-    r = asyncio.run(rollout(policy, tok, "tool-calc", task, SamplingConfig(max_tokens=128), seq_len, max_turns, 5,
+    r = asyncio.run(rollout(policy, tok, "tool-calc", task, SamplingParams(max_tokens=128), seq_len, max_turns, 5,
                             asyncio.Semaphore(1)))
     return r, policy
 
@@ -90,7 +90,7 @@ def test_a_reply_without_a_call_is_the_answer_and_single_turn_tasks_never_parse(
     r, _ = run(tok, task, ["1660"])
     assert len(r.turns) == 1 and r.turns[0].call is None and r.reward == 1.0 and r.metrics["tool_calls"] == 0.0
     reverse = load_tasks("reverse-text", {"num_tasks": 1})[0]
-    r, _ = asyncio.run(rollout(ScriptedPolicy(tok, [RIGHT]), tok, "reverse-text", reverse, SamplingConfig(), 512, 8, 0,
+    r, _ = asyncio.run(rollout(ScriptedPolicy(tok, [RIGHT]), tok, "reverse-text", reverse, SamplingParams(), 512, 8, 0,
                                asyncio.Semaphore(1))), None
     assert len(r.turns) == 1 and r.turns[0].call is None and "tool_calls" not in r.metrics
 

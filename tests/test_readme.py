@@ -9,7 +9,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,9 @@ SEQUENCES = {
                  "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "200"]),
                 ("uv run rl @ configs/tool-calc-distill.toml",
                  lambda: [*small_rl(), "--max_steps", "3", "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4"])],
+    "hub": [("uv run composer-prime env init my-env", list), ("uv run composer-prime env validate environments/my-env", list),
+            ("uv run composer-prime env build environments/my-env", list),
+            ("uv run composer-prime env publish environments/my-env", list)],
     "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
                    lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "32"])],
 }
@@ -103,3 +105,11 @@ def test_shardcast(tmp_path):
     run = run_sequence("shardcast", tmp_path) / "outputs" / "quickstart"
     assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
     assert re.search(r"inference-1", " ".join(p.name for p in (run / "logs").iterdir()))  # two servers pulled the steps
+
+
+def test_hub(tmp_path):
+    """README: init, validate, build, publish (a dry run: nothing leaves the machine)."""
+    env = run_sequence("hub", tmp_path) / "environments" / "my-env"
+    manifest = json.loads((env / "dist" / "hub-manifest.json").read_text())
+    wheels = list((env / "dist").glob("*.whl"))
+    assert len(wheels) == 1 and manifest["content_hash"] and wheels[0].name in json.dumps(manifest)

@@ -66,7 +66,7 @@ def test_rl_on_vllm_runs_on_policy_and_leaves_nothing(tmp_path, tiny_model_dir):
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     # Step 0 is on-policy: vLLM's processed log-probs and the trainer's must be the same distribution.
     assert rows[0]["mismatch_kl"] < 1e-5, rows[0]
-    assert "VLLMEngine serving" in (tmp_path / "run" / "logs" / "inference.log").read_text()
+    assert (tmp_path / "run" / "logs" / "vllm.log").stat().st_size > 0  # vLLM's own server ran (not the fallback)
     assert wait_gone(tag, 10) == []
     assert port_free(port) and port_free(port + 1000)  # our server and vLLM's
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from composer_prime.config.models import Sections
+from composer_prime.config.base import Sections
 from composer_prime.utils import plugins
 
 USAGE = "[@ FILE.toml ...] [--KEY VALUE ...] [--dry-run] [-h]"

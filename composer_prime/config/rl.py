@@ -15,8 +15,9 @@ from pydantic import Field
 
 from composer_prime.config.help import Section
 from composer_prime.config.loader import ConfigError, validate
-from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, Shared,
-                                          TrainerConfig, WandbConfig, WeightBroadcastConfig)
+from composer_prime.config.base import Shared
+from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, TrainerConfig,
+                                          WandbConfig, WeightBroadcastConfig)
 
 SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
 

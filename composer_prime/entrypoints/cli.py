@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from composer_prime.utils.logs import setup
+
 
 def _model(args: argparse.Namespace) -> int:
     from composer_prime.model.resolve import resolve_model
 
     try:
-        path = resolve_model(args.name, lambda m: print(m, file=sys.stderr, flush=True))
+        path = resolve_model(args.name)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -65,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    # `model` and `keys` print one path for scripts to read: their progress goes to stderr. The env
+    # commands' progress goes with their results to stdout: stderr holds only a failure's one line.
+    setup("composer-prime", stream=sys.stderr if args.command in ("model", "keys") else sys.stdout)
     raise SystemExit(args.func(args))
 
 

@@ -12,10 +12,12 @@ import sys
 from composer_prime.config import InferenceConfig, load_or_exit
 from composer_prime.entrypoints import checks
 from composer_prime.transports import auth
+from composer_prime.utils.logs import setup
 from composer_prime.utils.proc import pin_cpus
 
 
 def main(argv: list[str] | None = None) -> None:
+    setup("inference")
     cfg, dry_run = load_or_exit(InferenceConfig, sys.argv[1:] if argv is None else argv, checks.INFERENCE, ports=True)
     if dry_run:
         return

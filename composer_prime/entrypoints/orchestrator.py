@@ -12,10 +12,12 @@ import sys
 from composer_prime.config import OrchestratorConfig, load_or_exit
 from composer_prime.entrypoints import checks
 from composer_prime.transports import auth
+from composer_prime.utils.logs import setup
 from composer_prime.utils.proc import pin_cpus
 
 
 def main(argv: list[str] | None = None) -> None:
+    setup("orchestrator")
     cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.PROCESS)
     if dry_run:
         return

@@ -8,6 +8,7 @@ logs in <output_dir>/logs/, all stopped when one fails, the console ending with 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -20,8 +21,11 @@ from composer_prime.entrypoints import checks
 from composer_prime.env_runtime.tasksets import EnvError, check_envs
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports import auth
+from composer_prime.utils.logs import setup
 from composer_prime.utils.report import write_report
 from composer_prime.utils.supervise import supervise
+
+log = logging.getLogger(__name__)
 
 
 def resume_point(run: Path) -> tuple[int, Path] | None:
@@ -74,21 +78,22 @@ def make_keys(processes: list[Process]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    setup("rl")
     cfg, processes, paths, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
     make_keys(processes)
-    resolve_model(cfg.model, lambda m: print(f"[rl] {m}", flush=True))  # build once, before the processes race
+    resolve_model(cfg.model)  # build once, before the processes race
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     start = time.time()
     supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
-               for p in processes}, run / "logs", {"orchestrator", "trainer"}, env)
+               for p in processes}, run / "logs", {"orchestrator", "trainer"}, env)  # each named by PROCESS_ENV
     s = write_report(run, time.time() - start)
-    print(f"[rl] done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
-          f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {run / 'report.md'}", flush=True)
+    log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
+             f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {run / 'report.md'}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@ import sys
 from composer_prime.config import SFTConfig, load_or_exit
 from composer_prime.config.loader import one_line_errors
 from composer_prime.entrypoints import checks
+from composer_prime.utils.logs import setup
 
 
 def main(argv: list[str] | None = None) -> None:
+    setup("sft")
     cfg, dry_run = load_or_exit(SFTConfig, sys.argv[1:] if argv is None else argv, checks.SFT)
     if dry_run:
         return

@@ -1,6 +1,7 @@
 """`uv run trainer @ trainer.toml`: validates the config, then runs the trainer under torchrun.
 
-torchrun runs in this process, so signals reach it directly. Its own reports stay off the
+torchrun runs in this process, so signals reach it directly, and starts this same module in
+each rank (`rank_main`, told apart by torchrun's LOCAL_RANK). Its own reports stay off the
 console: a rank that fails prints its own error line, and torchrun's failure table and
 SignalException traceback (when `rl` stops the trainer) would only bury that line.
 """
@@ -14,7 +15,9 @@ import sys
 from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.entrypoints import checks
 from composer_prime.transports import auth
+from composer_prime.utils.logs import setup
 from composer_prime.utils.net import free_port
+from composer_prime.utils.proc import exit_with_parent, pin_cpus
 
 
 def check_keys(cfg: TrainerConfig) -> None:
@@ -29,12 +32,21 @@ def check_keys(cfg: TrainerConfig) -> None:
         auth.refuse(f"weight_broadcast.key_path {cfg.signing_key()}: no signing key; {auth.HOW}")
 
 
+def rank_main(argv: list[str]) -> None:
+    """One rank, under torchrun (ours, or one started by hand: then the launcher owns the checks)."""
+    exit_with_parent()  # a rank dies with torchrun, also when torchrun is SIGKILLed
+    setup("trainer", quiet=os.environ.get("RANK", "0") != "0")
+    cfg, _ = load_or_exit(TrainerConfig, argv)
+    pin_cpus(cfg.cpus, "trainer")
+    from composer_prime.trainer.train import run
+
+    run(cfg)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if "LOCAL_RANK" in os.environ:  # already under torchrun (started by hand): the launcher owns the checks
-        from composer_prime.trainer.train import main as train
-
-        return train(argv)
+    if "LOCAL_RANK" in os.environ:
+        return rank_main(argv)
     cfg, dry_run = load_or_exit(TrainerConfig, argv, checks.PROCESS, ports=True)
     if dry_run:
         return
@@ -46,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.disable(logging.ERROR)  # this process only launches ranks; torch's elastic loggers set their own levels
     try:
         torchrun([f"--nproc-per-node={cfg.nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-                  "-m", "composer_prime.trainer.train", *argv])
+                  "-m", "composer_prime.entrypoints.trainer", *argv])
     except SignalException as e:  # stopped (rl, Ctrl-C): torchrun has stopped the ranks; nothing to report
         raise SystemExit(128 + int(e.sigval)) from None
     except ChildFailedError as e:

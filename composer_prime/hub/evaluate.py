@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from composer_prime.config.sampling import SamplingParams
 from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
 from composer_prime.env_runtime.tasksets import messages
 from composer_prime.env_runtime.turns import Turn
@@ -46,14 +47,15 @@ async def _chat(http: httpx.AsyncClient, url: str, payload: dict, sem: asyncio.S
 class ChatTurns:
     """Turns sampled as chat messages; turn k of task i is seeded seed + i + k * stride."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str, i: int, prompt: list[dict], model: str, sampling: dict,
+    def __init__(self, http: httpx.AsyncClient, url: str, i: int, prompt: list[dict], model: str, sampling: SamplingParams,
                  sem: asyncio.Semaphore) -> None:
         self.http, self.url, self.i, self.model, self.sampling, self.sem = http, url, i, model, sampling, sem
         self.history, self.usage, self.last = list(prompt), 0, {}
 
     async def sample(self, k: int) -> Turn:
-        payload = {"model": self.model, "messages": self.history, **self.sampling,
-                   "seed": self.sampling["seed"] + self.i + k * TURN_SEED_STRIDE}
+        s = self.sampling  # OpenAI's own fields only: a hosted server refuses others (stop_token_ids is vLLM's)
+        payload = {"model": self.model, "messages": self.history, "max_tokens": s.max_tokens, "temperature": s.temperature,
+                   "top_p": s.top_p, "seed": (s.seed or 0) + self.i + k * TURN_SEED_STRIDE}
         reply, finish, self.last = await _chat(self.http, self.url, payload, self.sem)
         self.usage += (self.last.get("usage") or {}).get("completion_tokens", 0)
         return Turn(reply, finish)
@@ -62,7 +64,7 @@ class ChatTurns:
         self.history.extend([{"role": "assistant", "content": turn.text}, message])
 
 
-async def _episode(http: httpx.AsyncClient, url: str, i: int, task, model: str, sampling: dict, max_turns: int,
+async def _episode(http: httpx.AsyncClient, url: str, i: int, task, model: str, sampling: SamplingParams, max_turns: int,
                    sem: asyncio.Semaphore) -> dict:
     prompt = messages(task)
     chat = ChatTurns(http, url, i, prompt, model, sampling, sem)
@@ -79,7 +81,7 @@ async def evaluate(tasks: list, url: str, model: str, max_tokens: int = 64, temp
                    seed: int = 0, concurrency: int = 8, api_key: str | None = None, max_turns: int = 8,
                    timeout_s: float = 300.0) -> list[dict]:
     endpoint = chat_url(url)
-    sampling = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     sem = asyncio.Semaphore(max(1, concurrency))
     async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as http:

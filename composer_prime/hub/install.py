@@ -4,6 +4,7 @@ then `uv pip install` it into an interpreter (default: the one running this comm
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from urllib.parse import unquote, urlparse
 from composer_prime.hub.artifact import sha256_file
 from composer_prime.hub.errors import BAD_INPUT, REFUSED, ToolError
 from composer_prime.hub.protocol import EnvRef, HubClient
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,7 +38,7 @@ def _wheel_name(details: dict, url: str) -> str:
 
 
 def install(ref: EnvRef, client: HubClient, python: str | None = None, target: Path | None = None,
-            no_deps: bool = False, expected_sha256: str | None = None, verify: bool = True, log=print) -> Installed:
+            no_deps: bool = False, expected_sha256: str | None = None, verify: bool = True) -> Installed:
     details = client.details(ref)
     url = details.get("wheel_url")
     if not url:
@@ -51,7 +54,7 @@ def install(ref: EnvRef, client: HubClient, python: str | None = None, target: P
         got = sha256_file(wheel)
         if verify and got != want:
             raise ToolError(f"sha256 mismatch for {wheel.name}: hub says {want}, downloaded {got}; not installing", REFUSED)
-        log(f"downloaded {wheel.name} (sha256 {got}{', verified' if verify else ', NOT verified'})")
+        log.info(f"downloaded {wheel.name} (sha256 {got}{', verified' if verify else ', NOT verified'})")
         into = str(target) if target else (python or sys.executable)
         cmd = ["uv", "pip", "install", str(wheel), "--reinstall-package", ref.name]
         cmd += ["--target", into] if target else ["--python", into]

@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from composer_prime.hub.artifact import Artifact
 from composer_prime.hub.errors import REFUSED, ToolError
 from composer_prime.hub.protocol import HubClient
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,23 +66,22 @@ def describe(art: Artifact, base_url: str, owner: str | None, has_key: bool) -> 
     return "\n".join(lines)
 
 
-def push(art: Artifact, client: HubClient, owner: str | None = None, visibility: str | None = None,
-         log=print) -> Pushed:
+def push(art: Artifact, client: HubClient, owner: str | None = None, visibility: str | None = None) -> Pushed:
     client.require_key()
     env = client.resolve(art.name, owner=owner, visibility=visibility)
     env_id, owner_name = env["id"], env["owner"]["name"]
-    log(f"{'created' if env.get('created') else 'found'} environment {owner_name}/{art.name} ({env_id})")
+    log.info(f"{'created' if env.get('created') else 'found'} environment {owner_name}/{art.name} ({env_id})")
 
     wheel = client.prepare_wheel(env_id, wheel_payload(art))
     if wheel.get("upload_url"):
         client.upload(wheel["upload_url"], art.wheel.read_bytes())
         client.finalize_wheel(env_id, wheel["wheel_id"])
-    log(f"uploaded {art.wheel.name}")
+    log.info(f"uploaded {art.wheel.name}")
 
     version = client.prepare_version(env_id, source_payload(art))
     client.upload(version["upload_url"], art.source.read_bytes())
     done = client.finalize_version(env_id, version["version_id"])
     if not done.get("success"):
         raise ToolError(f"hub did not finalize the version: {done.get('message', done)}", REFUSED)
-    log(f"uploaded {art.source_filename}")
+    log.info(f"uploaded {art.source_filename}")
     return Pushed(owner_name, art.name, art.version, env_id, bool(env.get("created")))

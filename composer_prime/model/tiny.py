@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -21,6 +22,8 @@ from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from composer_prime.model.tokenizer import build_tokenizer
 from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
+
+log = logging.getLogger(__name__)
 
 ARCH = dict(
     hidden_size=128,
@@ -68,7 +71,7 @@ def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.
     return pad_batch(rows, tok.pad_token_id)
 
 
-def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print) -> None:
+def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase) -> None:
     """Answer-only cross-entropy (the trainer's `ce` channel) on the reverse-text task; stops short of mastery."""
     rng = random.Random(SFT["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
@@ -79,19 +82,19 @@ def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, log=print)
         loss = sft_step(model, opt, *_sft_batch(tok, rng))
         sched.step()
         if step % 50 == 0 or step == SFT["steps"] - 1:
-            log(f"[tiny-model] sft step {step + 1}/{SFT['steps']} loss {loss:.3f} ({time.time() - start:.0f}s)")
+            log.info(f"tiny model: sft step {step + 1}/{SFT['steps']} loss {loss:.3f} ({time.time() - start:.0f}s)")
 
 
-def ensure_tiny_model(log=print) -> Path:
+def ensure_tiny_model() -> Path:
     """Build (once) and return the cached tiny model directory."""
     out = cache_root() / "models" / f"tiny-{recipe_hash()}"
     if (out / "READY").exists():
         return out
-    log(f"[tiny-model] building {out} (one-time, about a CPU-minute)")
+    log.info(f"tiny model: building {out} (one-time, about a CPU-minute)")
     torch.set_num_threads(1)
     tok = build_tokenizer()
     model = build_random(tok)
-    warm_start(model, tok, log)
+    warm_start(model, tok)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -20,7 +20,8 @@ from typing import ClassVar
 from pydantic import BaseModel
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import OrchestratorConfig, Strict
+from composer_prime.config.base import Strict
+from composer_prime.config.models import OrchestratorConfig
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.transports.batches.schema import Sample

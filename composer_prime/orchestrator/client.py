@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from composer_prime.config.sampling import SamplingParams
 from composer_prime.inference.engines.base import Scores
 
 
@@ -26,10 +27,10 @@ class InferenceClient:
         self._next = itertools.cycle(urls)
         self._http = httpx.AsyncClient(timeout=timeout_s)
 
-    async def generate(self, prompt_ids: list[int], sampling: dict) -> Completion:
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         url = next(self._next)
         r = await self._http.post(f"{url}/inference/v1/generate",
-                                  json={"model": self.model, "token_ids": prompt_ids, "sampling_params": sampling})
+                                  json={"model": self.model, "token_ids": prompt_ids, "sampling_params": sampling.model_dump(mode="json")})
         r.raise_for_status()
         body = r.json()
         choice = body["choices"][0]
@@ -51,7 +52,7 @@ class InferenceClient:
             out.append(int(r.json()["weight_version"]))
         return out
 
-    async def wait_ready(self, timeout_s: float = 900.0, log=print) -> None:
+    async def wait_ready(self, timeout_s: float = 900.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             try:

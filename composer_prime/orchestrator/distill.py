@@ -19,7 +19,8 @@ import httpx
 from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import OrchestratorConfig, Strict
+from composer_prime.config.base import Strict
+from composer_prime.config.models import OrchestratorConfig
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Literal, Protocol
 import httpx
 from pydantic import Field, model_validator
 
-from composer_prime.config.models import Strict
+from composer_prime.config.base import Strict
 from composer_prime.env_runtime.error_sites import ErrorSite, tool_names
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ one per channel that needs orchestrator-side work, e.g. distill's hints and teac
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import statistics
 import time
@@ -31,15 +32,13 @@ from composer_prime.orchestrator.advantages import group_advantages, has_spread,
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout, group
-from composer_prime.transports import auth
 from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
-from composer_prime.utils.proc import pin_cpus
+
+log = logging.getLogger(__name__)
 
 
-def log(msg: str) -> None:
-    print(f"[orchestrator] {msg}", flush=True)
 
 
 @dataclass
@@ -84,7 +83,7 @@ class Orchestrator:
     def __init__(self, cfg: OrchestratorConfig, keys: CurveKeys = None) -> None:
         self.cfg, self.keys = cfg, keys
         self.run = Path(cfg.output_dir)
-        self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model, log))
+        self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model))
         groups, total = cfg.groups_per_step(), sum(e.ratio for e in cfg.envs)
         self.envs = [EnvRun(e, load_tasks(e.id, e.args), load_tasks(e.id, e.eval_args)[: cfg.eval.num_tasks],
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e in cfg.envs]
@@ -184,19 +183,19 @@ class Orchestrator:
 
     async def run_loop(self) -> None:
         cfg = self.cfg
-        log(f"waiting for inference at {cfg.inference_urls}")
+        log.info(f"waiting for inference at {cfg.inference_urls}")
         await self.client.wait_ready()
         sender = BatchSender(cfg.transport.address, self.keys)
-        log(f"waiting for the trainer at {cfg.transport.address}")
+        log.info(f"waiting for the trainer at {cfg.transport.address}")
         while self.restarted(sender) is None:
             await asyncio.sleep(0.2)
         step = start = self.restart
         self.restart = None
         metrics = MetricsLog(self.run, "orchestrator", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
         for env in self.envs:
-            log(f"{env.cfg.id}: {len(env.train)} train / {len(env.held_out)} held-out tasks, "
+            log.info(f"{env.cfg.id}: {len(env.train)} train / {len(env.held_out)} held-out tasks, "
                 f"{env.groups} groups of {env.group_size} per step")
-        log(f"steps {start}..{cfg.max_steps}")
+        log.info(f"steps {start}..{cfg.max_steps}")
         run_start = time.time()
         while True:
             # Step n may use policy n - k; after the last step, wait for the final weights.
@@ -217,7 +216,7 @@ class Orchestrator:
                 batch, info = await self.build(step, collected)
                 row["build_s"] = time.time() - t_build  # advantages, samples, batch steps
             if self.restarted(sender) is not None:  # what we made went to a trainer that is gone: follow the new one
-                log(f"the trainer restarted and expects step {self.restart}: continuing from there")
+                log.info(f"the trainer restarted and expects step {self.restart}: continuing from there")
                 step = start = self.restart
                 self.restart, self.restarts = None, self.restarts + 1
                 metrics.rewind(step)
@@ -225,20 +224,20 @@ class Orchestrator:
             if step == cfg.max_steps:
                 break
             if info["empty_batch"]:
-                log(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
+                log.info(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
                     f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
             t_send = time.time()
             sender.send(batch)
             row |= info | {"send_s": time.time() - t_send, "trainer_restarts": self.restarts}
             metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
-            log(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
+            log.info(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
                 f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
             step += 1
         t_eval = time.time()
         evals, final = await self.evaluate()
         metrics.log({"step": cfg.max_steps, "time": time.time(), **evals, "eval_version": final, "eval_s": time.time() - t_eval})
-        log(f"final held-out reward {evals['eval_reward']:.3f} at weights v{version}")
+        log.info(f"final held-out reward {evals['eval_reward']:.3f} at weights v{version}")
         sender.close()
         metrics.close()
         for run_step in self.steps.values():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import verifiers.v1 as vf
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import SamplingConfig
+from composer_prime.config.sampling import SamplingParams
 from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.tasksets import messages
@@ -71,7 +71,7 @@ class Rollout:
 class TokenTurns:
     """Turns sampled as token ids through the token route, appended to the rollout's sequence."""
 
-    def __init__(self, r: Rollout, client: InferenceClient, tok: PreTrainedTokenizerBase, sampling: SamplingConfig,
+    def __init__(self, r: Rollout, client: InferenceClient, tok: PreTrainedTokenizerBase, sampling: SamplingParams,
                  seq_len: int, seed: int, sem: asyncio.Semaphore) -> None:
         self.r, self.client, self.tok, self.sampling = r, client, tok, sampling
         self.seq_len, self.seed, self.sem = seq_len, seed, sem
@@ -83,9 +83,8 @@ class TokenTurns:
         if budget < 1:
             r.finish_reason = "length"
             return None
-        params = {"max_tokens": budget, "temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                  "seed": self.seed + k * TURN_SEED_STRIDE, "stop_token_ids": [self.tok.eos_token_id], "logprobs": 1,
-                  "skip_special_tokens": False}
+        seed = self.sampling.seed if self.sampling.seed is not None else self.seed + k * TURN_SEED_STRIDE
+        params = self.sampling.model_copy(update={"max_tokens": budget, "seed": seed}).or_eos(self.tok.eos_token_id)
         async with self.sem:
             c = await self.client.generate(r.prompt_ids + r.completion_ids, params)
         start = len(r.completion_ids)
@@ -100,7 +99,7 @@ class TokenTurns:
 
 
 async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task,
-                  sampling: SamplingConfig, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore) -> Rollout:
+                  sampling: SamplingParams, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore) -> Rollout:
     opening = messages(task)
     r = Rollout(env, task, encode_chat(tok, opening), opening=list(opening))
     ep = await run_episode(task, TokenTurns(r, client, tok, sampling, seq_len, seed, sem), max_turns)
@@ -108,7 +107,7 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
     return r
 
 
-async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task, sampling: SamplingConfig,
+async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task, sampling: SamplingParams,
                 seq_len: int, max_turns: int, size: int, seed: int, sem: asyncio.Semaphore) -> list[Rollout]:
     return list(await asyncio.gather(*(rollout(client, tok, env, task, sampling, seq_len, max_turns, seed * 1000 + i, sem)
                                        for i in range(size))))

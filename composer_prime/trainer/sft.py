@@ -10,6 +10,7 @@ uses too); the RL trainer is the big-model path. Writes a Hugging Face model dir
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from composer_prime.config import ConfigError, SFTConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
+
+log = logging.getLogger(__name__)
 
 
 def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int], list[int]]]:
@@ -39,7 +42,7 @@ def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int]
 def train(cfg: SFTConfig) -> None:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
-    path = resolve_model(cfg.model, lambda m: print(f"[sft] {m}", flush=True))
+    path = resolve_model(cfg.model)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     data = read_jsonl(cfg.data, tok)
@@ -51,8 +54,8 @@ def train(cfg: SFTConfig) -> None:
         loss = sft_step(model, optim, ids, mask)
         sched.step()
         if step % 10 == 0 or step == cfg.max_steps - 1:
-            print(f"[sft] step {step + 1}/{cfg.max_steps} loss {loss:.4f} ({time.time() - start:.0f}s)", flush=True)
+            log.info(f"step {step + 1}/{cfg.max_steps} loss {loss:.4f} ({time.time() - start:.0f}s)")
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(cfg.output_dir)
     tok.save_pretrained(cfg.output_dir)
-    print(f"[sft] wrote {cfg.output_dir}", flush=True)
+    log.info(f"wrote {cfg.output_dir}")

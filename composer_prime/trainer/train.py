@@ -1,20 +1,19 @@
 """The trainer: receive a batch, one optimizer step, checkpoint, publish the new policy. Repeat.
 
-Runs under torchrun (the `trainer` entrypoint starts it); rank 0 receives batches over ZMQ and
-hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
+Runs in every rank under torchrun (`run`, called by the `trainer` entrypoint); rank 0 receives
+batches over ZMQ and hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from composer_prime.utils.proc import exit_with_parent, pin_cpus
-from composer_prime.config import TrainerConfig, load_or_exit
+from composer_prime.config import TrainerConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
@@ -28,9 +27,7 @@ from composer_prime.transports.weights.publish import FilesystemPublisher, Publi
 from composer_prime.utils.metrics import MetricsLog
 
 
-def log(msg: str) -> None:
-    if dist.get_rank() == 0:
-        print(f"[trainer] {msg}", flush=True)
+log = logging.getLogger(__name__)  # ranks other than 0 are quiet (entrypoints.trainer): one voice, not world_size
 
 
 def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> Batch:
@@ -48,13 +45,13 @@ def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> 
                 if batch is not None:
                     objective.check(batch)
             except SchemaError as e:
-                print(f"[trainer] rejected a message: {e}", flush=True)
+                log.warning(f"rejected a message: {e}")
                 continue
             if batch is None and time.time() - said > 30:
-                print(f"[trainer] waiting for batch {step} ({time.time() - waited:.0f}s)", flush=True)
+                log.info(f"waiting for batch {step} ({time.time() - waited:.0f}s)")
                 said = time.time()
             elif batch is not None and batch.step != step:
-                print(f"[trainer] dropped batch {batch.step}: expecting {step}", flush=True)
+                log.info(f"dropped batch {batch.step}: expecting {step}")
             elif batch is not None:
                 box[0] = batch
     dist.broadcast_object_list(box, src=0)
@@ -137,10 +134,8 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     return out | clock
 
 
-def main(argv: list[str] | None = None) -> None:
-    exit_with_parent()  # a rank dies with torchrun, also when torchrun is SIGKILLed
-    cfg, _ = load_or_exit(TrainerConfig, argv)
-    pin_cpus(cfg.cpus, "trainer")
+def run(cfg: TrainerConfig) -> None:
+    """One rank's whole run: join the process group, resume if asked, train to `max_steps`."""
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")
     dist.init_process_group(backend)
     if device_type() == "cpu":
@@ -148,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
     run = Path(cfg.output_dir)
-    model_dir = resolve_model(cfg.model, log) if dist.get_rank() == 0 else None
+    model_dir = resolve_model(cfg.model) if dist.get_rank() == 0 else None
     box = [model_dir]
     dist.broadcast_object_list(box, src=0)
     model_dir = box[0]
@@ -163,14 +158,14 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
         checkpoint.load(path, model, optim, objective.modules())
-        log(f"resumed from {path} (step {start})")
+        log.info(f"resumed from {path} (step {start})")
         publish(cfg, model, model_dir, start, publisher)
     sink, receiver = None, None
     if dist.get_rank() == 0:  # rows of steps the checkpoint does not contain are forgotten
         sink = MetricsLog(run, "trainer", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
         keys = auth.curve_keys(cfg.auth.keys_dir, "trainer", "orchestrator") if cfg.auth.keys_dir else None
         receiver = BatchReceiver(cfg.transport.address, keys)
-    log(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
+    log.info(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
     handoff = {"ckpt_s": 0.0, "publish_s": 0.0}  # saving and publishing the weights this step starts from
     for step in range(start, cfg.max_steps):
@@ -193,16 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         publish(cfg, model, model_dir, step + 1, publisher)
         handoff["publish_s"] = time.time() - t  # writing weights/step_N and inference loading it (filesystem)
         losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
-        log(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
+        log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
     if receiver is not None:
         receiver.close()
         sink.close()
     if publisher is not None:
         publisher.close()
-    log("done")
+    log.info("done")
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

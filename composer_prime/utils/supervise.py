@@ -9,6 +9,7 @@ and the supervisor exits with code 1.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -18,7 +19,10 @@ import time
 from collections import deque
 from pathlib import Path
 
+from composer_prime.utils.logs import PROCESS_ENV
 from composer_prime.utils.proc import die_with_parent
+
+log = logging.getLogger(__name__)
 
 
 class Console:
@@ -73,10 +77,10 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: str, log: Path) -> None:
+def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: str, log_path: Path) -> None:
     console.failed = name
     console.stopping.set()
-    print(f"[rl] {name} {why}; stopping the others (log: {log})", flush=True)
+    log.warning(f"{name} {why}; stopping the others (log: {log_path})")
     stop(procs)
     code = procs[name].returncode
     died = f"killed by {_signal_name(-code)}; its last line: " if code < 0 else ""
@@ -93,7 +97,7 @@ def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for name, cmd in commands.items():
-            procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, PROCESS_ENV: name},
                                            start_new_session=True, preexec_fn=die_with_parent())
             console.attach(name, procs[name], logs / f"{name}.log")
         while True:
@@ -107,7 +111,7 @@ def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env:
                 _fail(console, procs, servers[0], "exited unexpectedly", logs / f"{servers[0]}.log")
     except KeyboardInterrupt:
         console.stopping.set()
-        print("[rl] interrupted; stopping all processes", flush=True)
+        log.warning("interrupted; stopping all processes")
         stop(procs)
         raise SystemExit(130) from None
     stop(procs)

@@ -10,17 +10,10 @@ sampled from (logits divided by the temperature), so the trainer can recompute t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
+from composer_prime.config.sampling import SamplingParams
 
 
 @dataclass
@@ -29,8 +22,7 @@ class Generation:
     token_ids: list[int]
     logprobs: list[float]  # one per completion token, under the sampling distribution
     finish_reason: str  # "stop" | "length"
-    weight_version: int = 0
-    extra: dict = field(default_factory=dict)
+    weight_version: int = 0  # stamped by the server: the version in force when the request came
 
 
 @dataclass

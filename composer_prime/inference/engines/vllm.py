@@ -33,7 +33,8 @@ from pathlib import Path
 
 import httpx
 
-from composer_prime.inference.engines.base import Generation, SamplingParams, Scores, check_score_args
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.inference.engines.base import Generation, Scores, check_score_args
 from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.safetensors_index import tensor_index
 
@@ -127,7 +128,6 @@ class VLLMEngine:
         self.extra_args = list(extra_args)
         self.log_path = log_path
         self.base_url = f"http://127.0.0.1:{port}"
-        self.weight_version = 0  # bumped by every successful load_weights
         self._served_shapes = _tensor_shapes(Path(self.model_path))  # what any reload must match
         self._proc: subprocess.Popen | None = None
         self._client: httpx.AsyncClient | None = None
@@ -254,16 +254,11 @@ class VLLMEngine:
             "model": self.model_name,
             "token_ids": list(prompt_token_ids),
             "sampling_params": {
-                "max_tokens": params.max_tokens,
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "seed": params.seed,
-                "stop_token_ids": list(params.stop_token_ids),
+                **params.model_dump(mode="json"),
                 "logprobs": 1,  # >=1 is needed to get the sampled token's own log-prob back
                 "skip_special_tokens": False,
             },
         }
-        weight_version = self.weight_version  # the version in force when the request went out
         choice = (await self._post("/inference/v1/generate", json=body)).json()["choices"][0]
         token_ids = list(choice["token_ids"])
         logprobs = [float(c["logprob"]) for c in (choice.get("logprobs") or {}).get("content") or []]
@@ -274,7 +269,6 @@ class VLLMEngine:
             token_ids=token_ids,
             logprobs=logprobs,
             finish_reason=choice.get("finish_reason") or "length",
-            weight_version=weight_version,
         )
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
@@ -287,13 +281,12 @@ class VLLMEngine:
                                       f"of the raw distribution), got temperature {temperature}")
         body = {"model": self.model_name, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": top_k}
-        weight_version = self.weight_version
         # vLLM refuses top_k over its --max-logprobs (20 by default) with a 400: a ValueError here too.
         r = await self._post("/v1/completions", refused=ValueError, json=body)
         # One dict per prompt position (None at 0): token id (a string in JSON) -> {logprob, rank, decoded_token},
         # holding the top-k and the actual token, which may or may not be one of them.
         positions = r.json()["choices"][0]["prompt_logprobs"]
-        scores = Scores([], [], [], weight_version)
+        scores = Scores([], [], [])
         for j in range(start, len(token_ids)):
             entries = sorted(((int(t), float(e["logprob"])) for t, e in positions[j].items()), key=lambda x: -x[1])
             scores.token_logprobs.append(float(positions[j][str(token_ids[j])]["logprob"]))
@@ -334,4 +327,3 @@ class VLLMEngine:
         r = await self._post("/reset_prefix_cache", params={"reset_running_requests": "true"})
         if not r.json().get("success", False):
             raise RuntimeError(f"vLLM could not reset its prefix cache after loading {step_dir}")
-        self.weight_version += 1

@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from composer_prime.config.models import Strict
+from composer_prime.config.base import Strict
 from composer_prime.trainer.loss import Channel, Context, LossInputs
 from composer_prime.trainer.model import frozen_copy
 from composer_prime.trainer.loss.distill_teacher import Teacher, TeacherTargets, ema_update, teacher_targets

@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from composer_prime.config.models import Strict
+from composer_prime.config.base import Strict
 from composer_prime.trainer.loss import Channel, Context, LossInputs, token_logprobs
 
 

@@ -10,6 +10,7 @@ step directory's marker is written last.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import shutil
@@ -31,6 +32,8 @@ from composer_prime.transports.weights.shardcast.store import (
     version_name,
 )
 
+log = logging.getLogger(__name__)
+
 MARKER = "STABLE"  # the same marker the filesystem broadcast writes last
 REBUILT = "payload.bin"  # a payload rebuilt from a delta, kept as the next delta's base
 
@@ -48,12 +51,12 @@ TRANSFER_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, TransferE
 
 class Downloader:
     def __init__(self, servers: list[str], public_key: str, work_dir: Path, expect_model_hash: str | None = None,
-                 concurrency: int = 8, rounds: int = 5, timeout_s: float = 60.0, log: Callable[[str], None] = print) -> None:
+                 concurrency: int = 8, rounds: int = 5, timeout_s: float = 60.0) -> None:
         if not servers:
             raise ValueError("no SHARDCAST servers configured")
         self.servers = [s.rstrip("/") for s in servers]
         self.public_key, self.work_dir, self.expect_model_hash = public_key, Path(work_dir), expect_model_hash
-        self.concurrency, self.rounds, self.log = concurrency, rounds, log
+        self.concurrency, self.rounds = concurrency, rounds
         self.timeout = aiohttp.ClientTimeout(sock_connect=5.0, sock_read=timeout_s)
         self._http: aiohttp.ClientSession | None = None  # made in the event loop that uses it
         self.stats: Counter[str] = Counter()  # bad_signature, bad_shard, failed_request, bytes, resumed, steps
@@ -107,7 +110,7 @@ class Downloader:
                     raise VerificationError("manifest is for another model (config hash differs)")
             except VerificationError as e:
                 self.stats["bad_signature"] += 1
-                self.log(f"[shardcast] rejected manifest of step {step} from {server}: {e}")
+                log.warning(f"rejected manifest of step {step} from {server}: {e}")
                 continue
             return m, raw, sig
         raise DownloadError(f"no server has a valid signed manifest for step {step}")
@@ -144,13 +147,13 @@ class Downloader:
                 digest = await self._fetch(f"{server}/{version_name(step)}/{shard.name}", part, shard.size)
             except TRANSFER_ERRORS as e:
                 self.stats["failed_request"] += 1
-                self.log(f"[shardcast] {shard.name} of step {step} from {server}: {type(e).__name__}; trying another server")
+                log.warning(f"{shard.name} of step {step} from {server}: {type(e).__name__}; trying another server")
                 continue
             if part.stat().st_size == shard.size and digest == shard.blake3:
                 os.replace(part, final)
                 return
             self.stats["bad_shard"] += 1
-            self.log(f"[shardcast] {shard.name} of step {step} from {server} failed verification; fetching it elsewhere")
+            log.warning(f"{shard.name} of step {step} from {server} failed verification; fetching it elsewhere")
             part.unlink(missing_ok=True)
         raise DownloadError(f"{shard.name} of step {step}: no server gave a verified copy")
 
@@ -200,7 +203,7 @@ class Downloader:
                 done = True
             except (DownloadError, VerificationError, zlib.error) as e:
                 self.stats["delta_failed"] += 1
-                self.log(f"[shardcast] delta for step {step} unusable ({e}); fetching the full step")
+                log.warning(f"delta for step {step} unusable ({e}); fetching the full step")
                 shutil.rmtree(staging, ignore_errors=True)
         if not done:
             await self.shards(manifest, here)

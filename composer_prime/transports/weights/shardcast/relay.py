@@ -8,20 +8,22 @@ shard still in flight wait for it). It never serves a byte it has not verified.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
 from pathlib import Path
 
 from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
 from composer_prime.transports.weights.shardcast.manifest import Shard
 from composer_prime.transports.weights.shardcast.store import MANIFEST, SIGNATURE, Store, version_name
 
+log = logging.getLogger(__name__)
+
 
 class Relay:
     def __init__(self, upstreams: list[str], root: Path, public_key: str, keep_last: int = 3,
-                 poll_wait_s: float = 30.0, log: Callable[[str], None] = print) -> None:
+                 poll_wait_s: float = 30.0) -> None:
         self.store = Store(root)
-        self.downloader = Downloader(upstreams, public_key, root / ".incoming", log=log)
-        self.keep_last, self.poll_wait_s, self.log = max(1, keep_last), poll_wait_s, log
+        self.downloader = Downloader(upstreams, public_key, root / ".incoming")
+        self.keep_last, self.poll_wait_s = max(1, keep_last), poll_wait_s
 
     def have(self) -> set[int]:
         return {s for s in self.store.distribution() if (self.store.root / version_name(s) / "complete").exists()}
@@ -36,7 +38,7 @@ class Relay:
             try:
                 await self.downloader.fetch_file(step, 0, Shard(d.name, d.size, d.blake3), vdir)
             except DownloadError as e:
-                self.log(f"[relay] step {step}: no delta ({e}); nodes will fetch the full step")
+                log.warning(f"step {step}: no delta ({e}); nodes will fetch the full step")
         entries = self.store.distribution()
         entries[step] = (manifest.total_blake3, len(manifest.shards))
         self.store.write_distribution(entries)  # listed now: downstream may start while shards stream in
@@ -46,7 +48,7 @@ class Relay:
         keep = set(sorted(self.store.distribution())[-self.keep_last:])
         self.store.retain(keep)
         self.store.changed()
-        self.log(f"[relay] step {step} mirrored ({len(manifest.shards)} shards, {manifest.total_size:,} bytes)")
+        log.info(f"step {step} mirrored ({len(manifest.shards)} shards, {manifest.total_size:,} bytes)")
 
     async def run(self) -> None:
         while True:
@@ -58,7 +60,7 @@ class Relay:
             try:
                 await self.mirror(latest)  # only the newest: intermediate steps are stale for inference anyway
             except DownloadError as e:
-                self.log(f"[relay] step {latest}: {e}; retrying")
+                log.warning(f"step {latest}: {e}; retrying")
                 await asyncio.sleep(2.0)
 
 
