@@ -1,6 +1,7 @@
 """Weight broadcast: ours vs stock `shardcast` vs parallel `cp`, and full vs delta bytes per RL step.
 
-    uv run python benchmarks/broadcast.py [--sizes 10,100,1000] [--clients 4]
+    uv run python benchmarks/broadcast.py [--sizes 10,100,1000] [--clients 4] [--repeats 5]
+                                          [--delta-steps 12] [--results DIR] [--work DIR]
 
 For each checkpoint size (MB): one origin -> one relay -> N clients on loopback, timed from the
 moment the step directory exists until every client holds a verified copy:
@@ -9,15 +10,20 @@ moment the step directory exists until every client holds a verified copy:
     kinder than its 30 s default) and N ClientNode processes polling every 0.2 s (each with its own
     temp file: stock clients on one machine share one in site-packages and race on it);
   - `cp` of the same file to N destinations in parallel: the physical limit of this disk.
-Then bytes on the wire per RL step, full vs delta, on real consecutive trainer steps of a short
+Each size is timed `--repeats` times, the three systems interleaved within each repeat; the table
+gives the median and the range, and in how many repeats ours beat stock shardcast.
+Then bytes on the wire per RL step, full vs delta, on the last three trainer steps of a short
 quickstart run (fp32 as trained, and bf16 as `weight_broadcast.dtype = "bfloat16"` publishes).
-Prints a table and writes benchmarks/results/broadcast.json.
+Prints a table and writes <results>/broadcast.json (default benchmarks/results); scratch files
+go under <work> (default outputs/bench-broadcast), created if missing.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import statistics
 import os
 import shutil
 import subprocess
@@ -194,19 +200,21 @@ def run_cp(tmp: Path, step: Path, clients: int) -> float:
 
 
 # ---------------------------------------------------------------- delta on real steps
-def delta_bytes() -> list[dict]:
-    run = ROOT / "outputs" / "bench-broadcast-run"
-    if not (run / "weights" / "step_12" / "STABLE").exists():
+def delta_bytes(work: Path, last: int) -> list[dict]:
+    """Full and delta bytes of steps last-2..last of a quickstart run (made once under `work`, then reused)."""
+    run = work / f"run-{last}-steps"
+    if not (run / "weights" / f"step_{last}" / "STABLE").exists():
+        # only its weights are read: held-out evaluation cut to the least the orchestrator does (one task)
         subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
-                        "--output_dir", str(run.relative_to(ROOT)), "--max_steps", "12", "--inference.port",
-                        str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
+                        "--output_dir", str(run), "--max_steps", str(last), "--orchestrator.eval.num_tasks", "1",
+                        "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
             origin = Origin(tmp / "origin", load_or_create_key(tmp / "key"), port=free_port(), shard_size=SHARD)
-            for s in (10, 11, 12):
+            for s in (last - 2, last - 1, last):
                 src = run / "weights" / f"step_{s}"
                 d = tmp / f"step_{s}"
                 shutil.copytree(src, d)
@@ -219,34 +227,66 @@ def delta_bytes() -> list[dict]:
     return rows
 
 
+def spread(times: list[float]) -> dict:
+    return {"median": round(statistics.median(times), 3), "min": round(min(times), 3), "max": round(max(times), 3),
+            "runs": [round(t, 3) for t in times]}
+
+
+def time_size(work: Path, mb: int, clients: int, repeats: int) -> dict:
+    """`repeats` timings of each system on one step of `mb` MB; the systems take turns within a repeat."""
+    systems = {"cp_parallel_s": run_cp, "ours_s": run_ours, "shardcast_s": run_shardcast}
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    with tempfile.TemporaryDirectory(dir=work) as t:
+        tmp = Path(t)
+        step = make_step(tmp / "src", mb)
+        for _ in range(repeats):
+            for name, fn in systems.items():
+                scratch = tmp / name
+                scratch.mkdir()
+                os.sync()
+                times[name].append(fn(scratch, step, clients))
+                shutil.rmtree(scratch)
+    row = {"size_mb": mb, "clients": clients, "repeats": repeats, **{name: spread(ts) for name, ts in times.items()}}
+    row["ours_vs_cp"] = round(row["ours_s"]["median"] / row["cp_parallel_s"]["median"], 2)
+    row["shardcast_vs_ours"] = round(row["shardcast_s"]["median"] / row["ours_s"]["median"], 2)
+    row["ours_faster_in"] = sum(o < s for o, s in zip(times["ours_s"], times["shardcast_s"]))
+    return row
+
+
 def main() -> None:
-    args = sys.argv[1:]
-    sizes = [int(x) for x in args[args.index("--sizes") + 1].split(",")] if "--sizes" in args else [10, 100, 1000]
-    clients = int(args[args.index("--clients") + 1]) if "--clients" in args else 4
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10,100,1000", help="checkpoint sizes in MB, comma-separated")
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5, help="timings per size and system")
+    p.add_argument("--delta-steps", type=int, default=12, help="quickstart steps to run for the delta table (>= 3)")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-broadcast")
+    a = p.parse_args()
+    try:
+        sizes = [int(x) for x in a.sizes.split(",")]
+    except ValueError:
+        p.error(f"--sizes must be whole numbers of MB separated by commas, got {a.sizes!r}")
+    if min(sizes) < 1 or a.clients < 1 or a.repeats < 1 or a.delta_steps < 3:
+        p.error("--sizes, --clients and --repeats must be at least 1, --delta-steps at least 3")
+    a.work = a.work.resolve()  # the quickstart run of the delta table starts in the repository root
+    a.work.mkdir(parents=True, exist_ok=True)
     results = []
     for mb in sizes:
-        with tempfile.TemporaryDirectory(dir=ROOT / "outputs") as t:
-            tmp = Path(t)
-            step = make_step(tmp / "src", mb)
-            row = {"size_mb": mb, "clients": clients}
-            for name, fn in (("cp_parallel_s", run_cp), ("ours_s", run_ours), ("shardcast_s", run_shardcast)):
-                work = tmp / name
-                work.mkdir()
-                os.sync()
-                row[name] = round(fn(work, step, clients), 2)
-                shutil.rmtree(work)
-            row["ours_vs_cp"] = round(row["ours_s"] / row["cp_parallel_s"], 2)
-            row["shardcast_vs_ours"] = round(row["shardcast_s"] / row["ours_s"], 2)
-            print(row, flush=True)
-            results.append(row)
-    deltas = delta_bytes()
-    out = ROOT / "benchmarks" / "results" / "broadcast.json"
+        results.append(time_size(a.work, mb, a.clients, a.repeats))
+        print(results[-1], flush=True)
+    deltas = delta_bytes(a.work, a.delta_steps)
+    a.results.mkdir(parents=True, exist_ok=True)
+    out = a.results / "broadcast.json"
     out.write_text(json.dumps({"machine": f"cores={os.cpu_count()}", "shard_size": SHARD, "broadcast": results,
                                "delta": deltas}, indent=2))
-    print("\n| size | parallel cp | ours | stock shardcast | ours / cp | shardcast / ours |\n|---|---|---|---|---|---|")
+    cell = lambda d: f"{d['median']} s ({d['min']}-{d['max']})"  # noqa: E731
+    print("\n| size | repeats | parallel cp | ours | stock shardcast | ours / cp | shardcast / ours | ours faster |"
+          "\n|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['size_mb']} MB | {r['cp_parallel_s']} s | {r['ours_s']} s | {r['shardcast_s']} s | "
-              f"{r['ours_vs_cp']}x | {r['shardcast_vs_ours']}x |")
+        print(f"| {r['size_mb']} MB | {r['repeats']} | {cell(r['cp_parallel_s'])} | {cell(r['ours_s'])} | "
+              f"{cell(r['shardcast_s'])} | {r['ours_vs_cp']}x | {r['shardcast_vs_ours']}x | "
+              f"{r['ours_faster_in']} of {r['repeats']} |")
+    print("(median over the repeats, range in brackets; ratios of medians)")
     print("\n| dtype | step | full bytes | delta bytes | full / delta |\n|---|---|---|---|---|")
     for r in deltas:
         print(f"| {r['dtype']} | {r['step']} | {r['full_bytes']:,} | {r['delta_bytes']:,} | {r['ratio']}x |")

@@ -1,6 +1,7 @@
 """A/B: GRPO alone against GRPO + hint self-distillation, on tool-calc, same everything else.
 
     uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 20] [--arms grpo+distill,...]
+                                           [--results DIR] [--work DIR]
 
 Both arms start from one warm-started tiny model (tool-calc demonstrations with deliberate
 wrong calls, `tool_calc.demos`, then `uv run sft`), and run `rl @ configs/tool-calc-distill.toml`
@@ -20,7 +21,9 @@ reused only when its recorded command is the same.
 
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at
-most half of GRPO's. Writes benchmarks/results/distill_ab.json and distill_ab.png.
+most half of GRPO's. Writes <results>/distill_ab.json and distill_ab.png (default
+benchmarks/results); the warm start and the runs live under <work> (default outputs/distill-ab).
+`--sft-steps`, `--demos` and `--rl-flags` (added to every arm) exist to run it small.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "outputs" / "distill-ab"
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+from composer_prime.utils.net import free_port  # noqa: E402
 ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
         'eval_args = {split = "eval", num_tasks = 200, max_operand = 99}}]')
 DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
@@ -55,7 +58,7 @@ def run(cmd: list[str], log: Path) -> None:
             sys.exit(f"failed: {' '.join(cmd)} (log: {log})")
 
 
-def warm_start(out: Path) -> Path:
+def warm_start(out: Path, n_demos: int, sft_steps: int) -> Path:
     """The shared starting point, built once and reused (delete it to rebuild)."""
     agent = out / "agent"
     if (agent / "model.safetensors").exists():
@@ -65,17 +68,17 @@ def warm_start(out: Path) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     demos = out / "demos.jsonl"
-    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(4000, seed=0, max_operand=99)))
-    print("warm start: 800 SFT steps on 4000 tool-calc demonstrations", flush=True)
+    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(n_demos, seed=0, max_operand=99)))
+    print(f"warm start: {sft_steps} SFT steps on {n_demos} tool-calc demonstrations", flush=True)
     run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", "tiny", "--data", str(demos),
-         "--output_dir", str(agent), "--max_steps", "800", "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
+         "--output_dir", str(agent), "--max_steps", str(sft_steps), "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
         out / "sft.log")
     return agent
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
-    return [f.replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]] + extra
+    return [f.replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]] + extra + a.rl_flags.split()
 
 
 def finished(run_dir: Path, args: list[str]) -> bool:
@@ -139,22 +142,29 @@ def main() -> None:
     p.add_argument("--arms", default="grpo+distill", help=f"from {', '.join(ARMS)} (grpo is always run)")
     p.add_argument("--sampled-weight", type=float, default=0.1, help="distill weight of the sampled-estimator arm")
     p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
+    p.add_argument("--rl-flags", default="", help="extra rl flags for every arm, e.g. '--orchestrator.eval.num_tasks 8'")
+    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps of the warm start")
+    p.add_argument("--demos", type=int, default=4000, help="demonstrations the warm start learns from")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "distill-ab")
     a = p.parse_args()
     arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
     if unknown := [x for x in arms if x not in ARMS]:
         sys.exit(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
-    agent = warm_start(OUT)
+    work = a.work.resolve()
+    agent = warm_start(work, a.demos, a.sft_steps)
     results: dict = {arm: {} for arm in arms}
     for seed in [int(s) for s in a.seeds.split(",")]:
         for arm in arms:
             flags = arm_flags(arm, a)
-            run_dir = OUT / f"{arm}-s{seed}"
+            run_dir = work / f"{arm}-s{seed}"
             t0 = time.time()
             cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
                    "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
                    "--orchestrator.envs", ENVS, *flags]
             if not finished(run_dir, cmd[3:]):
-                run(cmd, OUT / f"{arm}-s{seed}.log")
+                run(cmd + ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
+                    work / f"{arm}-s{seed}.log")
                 (run_dir / "ab-command.json").write_text(json.dumps(cmd[3:]))
             results[arm][seed] = evals(run_dir)
             last = results[arm][seed][-1]
@@ -170,12 +180,12 @@ def main() -> None:
                                             f"{s['ratio_over_grpo']:.2f} ({'met' if s['target_met'] else 'not met'})")
         print(f"| {arm} | {s['start_tool_error_rate']:.3f} -> {s['final_tool_error_rate']:.3f} | {s['final_reward']:.3f} "
               f"| {','.join(map(str, s['collapsed_seeds'])) or '-'} | {ratio} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    a.results.mkdir(parents=True, exist_ok=True)
     settings = {arm: arm_flags(arm, a) for arm in arms}
-    (RESULTS / "distill_ab.json").write_text(json.dumps({"steps": a.steps, "arms": settings, "runs": results,
-                                                         "summary": summary}, indent=1))
-    plot(results, RESULTS / "distill_ab.png")
-    print(f"wrote {RESULTS / 'distill_ab.json'} and distill_ab.png")
+    (a.results / "distill_ab.json").write_text(json.dumps({"steps": a.steps, "arms": settings, "runs": results,
+                                                           "summary": summary}, indent=1))
+    plot(results, a.results / "distill_ab.png")
+    print(f"wrote {a.results / 'distill_ab.json'} and distill_ab.png")
 
 
 if __name__ == "__main__":

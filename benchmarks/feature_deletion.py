@@ -86,7 +86,7 @@ def main() -> None:
     for source in sources:
         print(f"building from {source}", flush=True)
         results.append(bench(source, jobs, max_tasks))
-    out = ROOT / "benchmarks" / "results" / "feature_deletion.json"
+    out = Path(arg("--results", str(ROOT / "benchmarks" / "results"))) / "feature_deletion.json"  # --results DIR: elsewhere
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0],
                                "results": results}, indent=2) + "\n")

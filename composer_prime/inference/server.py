@@ -63,6 +63,7 @@ class ServerState:
     async def load(self, path: str, version: int) -> None:
         """Hot-load a step directory: the one way weights change, whoever delivers them."""
         async with self.update_lock:
+            t = time.time()
             try:
                 await self.engine.load_weights(path)
             except Exception:
@@ -70,6 +71,7 @@ class ServerState:
                 raise
             self.version, self.weights_path = version, path
             self.stats["updates"] += 1
+            self.stats["load_s"] = self.stats.get("load_s", 0.0) + time.time() - t  # incl. waiting for a decode to end
 
 
 def build_app(state: ServerState, token: str | None = None) -> FastAPI:

@@ -204,14 +204,21 @@ class Orchestrator:
         while True:
             # Step n may use policy n - k; after the last step, wait for the final weights.
             needed = step - cfg.max_async_level if step < cfg.max_steps else cfg.max_steps
+            t_wait = time.time()
             version = await self.client.wait_version(needed, interrupt=lambda: self.restarted(sender) is not None)
             row: dict = {"step": step, "time": time.time()}
+            row["wait_s"] = row["time"] - t_wait  # idle: waiting for a recent enough policy
             if version is not None and step < cfg.max_steps:
                 if step == start or step % cfg.eval.interval == 0:
                     t_eval = time.time()
                     evals, row["eval_version"] = await self.evaluate()
                     row |= evals | {"eval_s": time.time() - t_eval}
-                batch, info = await self.build(step, await self.collect(step))
+                t_collect = time.time()
+                collected = await self.collect(step)
+                row["collect_s"] = time.time() - t_collect  # generation, scoring, dynamic sampling
+                t_build = time.time()
+                batch, info = await self.build(step, collected)
+                row["build_s"] = time.time() - t_build  # advantages, samples, batch steps
             if self.restarted(sender) is not None:  # what we made went to a trainer that is gone: follow the new one
                 log.info(f"the trainer restarted and expects step {self.restart}: continuing from there")
                 step = start = self.restart
@@ -223,8 +230,9 @@ class Orchestrator:
             if info["empty_batch"]:
                 log.info(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
                     f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
+            t_send = time.time()
             sender.send(batch)
-            row |= info | {"trainer_restarts": self.restarts}
+            row |= info | {"send_s": time.time() - t_send, "trainer_restarts": self.restarts}
             metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             log.info(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "

@@ -89,22 +89,30 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     for ch in active:
         ch.begin(batch)
     channels = sorted(counts.tokens)
+    t = time.time()
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
+    clock = {"pack_s": time.time() - t, "forward_s": 0.0, "backward_s": 0.0}  # this rank's own times
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
         g["lr"] = cfg.optim.lr * min(1.0, (batch.step + 1) / max(1, cfg.optim.warmup_steps))
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
+        t = time.time()
         mb = collate(samples, pad_id, channels, device_type())
+        clock["pack_s"] += time.time() - t
+        t = time.time()
         logits = model(input_ids=mb.input_ids).logits[:, :-1]
         lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
         # One optimizer step per batch, so pi_old is the current policy, detached.
         x = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, logits)
         prepared = {ch.name: ch.prepare(mb, x) for ch in active}
         loss, stats = objective.loss(x, mb.channel_weights, counts, prepared)
+        clock["forward_s"] += time.time() - t
+        t = time.time()
         # FSDP2 averages gradients over ranks; each rank's loss is a share of a global sum, so undo the mean.
         (loss * world).backward()
+        clock["backward_s"] += time.time() - t
         with torch.no_grad():
             mask = sum(mb.channel_weights.values()) != 0
             probs = torch.softmax(logits.float() / mb.temperature, -1)
@@ -112,16 +120,18 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
         for k, v in stats.items():
             sums[k] = sums.get(k, 0) + v.detach().float()
         tokens += int(mask.sum())
+    t = time.time()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
     optim.step()
     objective.after_step()
+    clock["optim_s"] = time.time() - t
     keys = sorted(sums)
     vec = torch.tensor([float(sums[k]) for k in keys] + [float(tokens)], device=device_type())  # NCCL reduces GPU tensors only
     dist.all_reduce(vec)
     out = {k: vec[i].item() for i, k in enumerate(keys)}
     out["trained_tokens"] = vec[-1].item()
     out["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-    return out
+    return out | clock
 
 
 def run(cfg: TrainerConfig) -> None:
@@ -157,7 +167,9 @@ def run(cfg: TrainerConfig) -> None:
         receiver = BatchReceiver(cfg.transport.address, keys)
     log.info(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
+    handoff = {"ckpt_s": 0.0, "publish_s": 0.0}  # saving and publishing the weights this step starts from
     for step in range(start, cfg.max_steps):
+        t_wait = time.time()
         batch = receive(receiver, step, objective)
         t0 = time.time()
         metrics = train_step(cfg, model, optim, batch, objective, pad_id)
@@ -166,11 +178,15 @@ def run(cfg: TrainerConfig) -> None:
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.
         if dist.get_rank() == 0:
-            sink.log({"step": step, "compute_s": compute_s, "time": time.time(), **metrics,
-                      "transport/refused": receiver.stats["refused"]})
+            sink.log({"step": step, "compute_s": compute_s, "wait_s": t0 - t_wait, **handoff, "time": time.time(),
+                      **metrics, "transport/refused": receiver.stats["refused"]})
+        t = time.time()
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
+        handoff["ckpt_s"] = time.time() - t
+        t = time.time()
         publish(cfg, model, model_dir, step + 1, publisher)
+        handoff["publish_s"] = time.time() - t  # writing weights/step_N and inference loading it (filesystem)
         losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
             f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")

@@ -1,4 +1,5 @@
-"""End-of-run summary: report.md, summary.json and reward.png in the run directory."""
+"""End-of-run summary: report.md, summary.json and reward.png in the run directory, with where
+each process spent its time per step (from the timings the orchestrator and trainer record)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,37 @@ from pathlib import Path
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def _mean(rows: list[dict], key) -> float:
+    return sum(key(r) if callable(key) else r.get(key, 0.0) for r in rows) / max(1, len(rows))
+
+
+def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> dict:
+    """Seconds per step, by process and phase: means over the trainer's steps after the first
+    `skip` + 1 (start-up: first batches, warm caches), and the orchestrator's steps of the same
+    numbers. A trainer row holds the hand-off (checkpoint, publish) that preceded its step, so
+    idle + compute + hand-off of those rows add up to their step time. `inference`: the server's
+    /health answer, for its weight loads. Inference works only while the orchestrator waits for
+    generation or evaluation, or while it loads weights, so its idle time is at least the rest."""
+    trainer = [r for r in _rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r and r["step"] >= skip]
+    steps = {r["step"] for r in trainer[1:]}
+    orch = [r for r in _rows(run / "orchestrator" / "metrics.jsonl") if "collect_s" in r and r["step"] in steps]
+    if not steps or not orch:
+        return {}
+    step_s = (trainer[-1]["time"] - trainer[0]["time"]) / len(steps)
+    phases = ("pack_s", "forward_s", "backward_s", "optim_s")
+    trainer = trainer[1:]
+    out = {"steps": len(steps), "step_s": step_s,
+           "orchestrator": {"generate_and_score_s": _mean(orch, "collect_s"), "build_batch_s": _mean(orch, "build_s"),
+                            "send_s": _mean(orch, "send_s"), "eval_s": _mean(orch, "eval_s"), "idle_s": _mean(orch, "wait_s")},
+           "trainer": {"idle_s": _mean(trainer, "wait_s"), **{k: _mean(trainer, k) for k in phases},
+                       "other_compute_s": _mean(trainer, lambda r: r["compute_s"] - sum(r.get(k, 0.0) for k in phases)),
+                       "checkpoint_s": _mean(trainer, "ckpt_s"), "publish_s": _mean(trainer, "publish_s")}}
+    load_s = (inference or {}).get("load_s", 0.0) / max(1, (inference or {}).get("updates", 0))
+    busy = out["orchestrator"]["generate_and_score_s"] + out["orchestrator"]["eval_s"] + load_s
+    out["inference"] = {"load_s": load_s if inference else None, "idle_s": max(0.0, step_s - busy)}
+    return out
 
 
 def summarize(run: Path, wall_s: float | None = None) -> dict:
@@ -29,6 +61,7 @@ def summarize(run: Path, wall_s: float | None = None) -> dict:
         "heldout_reward_end": evals[-1][1] if evals else None,
         "eval_curve": evals,
         "train_curve": train,
+        "time_per_step": time_breakdown(run),
     }
 
 
@@ -53,12 +86,18 @@ def write_report(run: Path, wall_s: float | None = None) -> dict:
     fig.savefig(run / "reward.png", dpi=100)
     plt.close(fig)
     fmt = lambda v, f="{:.3f}": "n/a" if v is None else f.format(v)  # noqa: E731
+    t = s["time_per_step"]
+    where = (f"- seconds per step ({fmt(t['step_s'], '{:.2f}')} s): trainer idle {t['trainer']['idle_s']:.2f}, "
+             f"forward {t['trainer']['forward_s']:.2f}, backward {t['trainer']['backward_s']:.2f}, optimizer "
+             f"{t['trainer']['optim_s']:.2f}, checkpoint {t['trainer']['checkpoint_s']:.2f}, publish "
+             f"{t['trainer']['publish_s']:.2f}; generation {t['orchestrator']['generate_and_score_s']:.2f}, "
+             f"orchestrator idle {t['orchestrator']['idle_s']:.2f}\n") if t else ""
     (run / "report.md").write_text(
         f"# Run report: {run}\n\n"
         f"- steps: {s['steps']}\n- wall time: {fmt(s['wall_s'], '{:.0f}')} s\n"
         f"- rollouts: {s['rollouts']} ({fmt(s['rollouts_per_s'], '{:.1f}')}/s)\n"
         f"- trainer busy fraction: {fmt(s['trainer_busy_fraction'])}\n"
-        f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n\n"
+        f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n{where}\n"
         "![reward](reward.png)\n"
     )
     return s

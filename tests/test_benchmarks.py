@@ -1,0 +1,118 @@
+"""Every benchmark in benchmarks/ runs end to end at its smallest settings, as on a fresh clone:
+from an empty working directory, its results and its scratch files going to directories that do
+not exist yet (it must create what it needs) and never over the committed benchmarks/results.
+A documented benchmark command that stops working fails here."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+BENCHMARKS = ROOT / "benchmarks"
+FIXTURE = ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib"
+
+
+def ports() -> list[str]:
+    return ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
+
+
+# per benchmark: its smallest settings (each also gets --results and, where it has scratch files, --work)
+SMALLEST = {
+    "quickstart": lambda: ["--engines", "hf", "--max_steps", "1", "--orchestrator.batch_size", "16",
+                           "--orchestrator.eval.num_tasks", "2", *ports()],
+    "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
+    "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--rl-flags",
+                           "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
+    "feature_deletion": lambda: ["--sources", str(FIXTURE), "--max-tasks", "1"],
+    # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
+    "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
+                       "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
+}
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "vs_trl"}  # the ones that take --work
+
+
+def run(name: str, tmp_path: Path) -> dict:
+    """Run one benchmark; returns its results JSON."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    results, scratch = tmp_path / "not-yet" / "results", tmp_path / "not-yet" / "outputs"
+    cmd = [sys.executable, str(BENCHMARKS / f"{name}.py"), *SMALLEST[name](), "--results", str(results)]
+    cmd += ["--work", str(scratch)] if name in SCRATCH else []
+    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
+    return json.loads((results / f"{name}.json").read_text())
+
+
+def test_every_benchmark_is_run_here():
+    assert sorted(p.stem for p in BENCHMARKS.glob("*.py")) == sorted(SMALLEST)
+
+
+def test_quickstart(tmp_path):
+    [hf] = run("quickstart", tmp_path)["runs"]
+    assert (hf["engine"], hf["steps"], hf["rollouts"]) == ("hf", 1, 16)
+
+
+def test_broadcast(tmp_path):
+    out = run("broadcast", tmp_path)
+    [row] = out["broadcast"]
+    assert (row["size_mb"], row["clients"], row["repeats"]) == (1, 1, 1)
+    for system in ("cp_parallel_s", "ours_s", "shardcast_s"):
+        assert len(row[system]["runs"]) == 1 and row[system]["median"] == row[system]["runs"][0] > 0
+    assert row["ours_faster_in"] in (0, 1)
+    assert [(d["dtype"], d["step"]) for d in out["delta"]] == [("float32", 2), ("float32", 3), ("bfloat16", 2), ("bfloat16", 3)]
+    assert all(0 < d["delta_bytes"] < d["full_bytes"] for d in out["delta"])
+
+
+def test_distill_ab(tmp_path):
+    out = run("distill_ab", tmp_path)
+    assert set(out["runs"]) == {"grpo", "grpo+distill"}
+    for arm in out["runs"].values():
+        assert [e["step"] for e in arm["0"]] == [0, 1]  # held-out at the start and after the one step
+    assert set(out["summary"]["grpo+distill"]) >= {"final_tool_error_rate", "ratio_over_grpo", "target_met"}
+
+
+def test_feature_deletion(tmp_path):
+    [row] = run("feature_deletion", tmp_path)["results"]
+    assert row["accepted"] == 1 and row["scoring_rewards_ok"]
+
+
+def test_vs_trl(tmp_path):
+    out = run("vs_trl", tmp_path)
+    assert (out["systems"], out["batch"]) == (["ours-hf", "trl"], 16)
+    for name in out["systems"]:
+        [r] = out[name]
+        times = [t for t, _ in r["curve"]]
+        # the starting model, then the weights after steps 2 and 4, on the run's own clock
+        assert r["steps"] == 4 and len(times) == 3 and times == sorted(times) and 0 < times[-1] <= out["budget_s"]
+        assert all(0 <= reward <= 1 for _, reward in r["curve"])
+    b = out["ours-hf"][0]["breakdown"]
+    t = b["trainer"]
+    assert b["steps"] == 1 and t["forward_s"] > 0 and t["backward_s"] > 0 and t["publish_s"] > 0
+    assert b["inference"]["load_s"] > 0  # read from the inference server while the run was up
+    # the trainer's idle, compute and hand-off times make up its step time (up to writing its metrics line)
+    assert sum(t.values()) == pytest.approx(b["step_s"], rel=0.1)
+
+
+def load_vs_trl():
+    spec = importlib.util.spec_from_file_location("vs_trl", BENCHMARKS / "vs_trl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_overlap_against_its_bound():
+    """The async speed-up and its bound, from a synchronous and an asynchronous breakdown."""
+    def breakdown(step_s: float, gen: float, train: float) -> dict:
+        return {"step_s": step_s, "orchestrator": {"generate_and_score_s": gen, "build_batch_s": 0.0, "send_s": 0.0},
+                "trainer": {"pack_s": 0.0, "forward_s": train / 2, "backward_s": train / 2, "optim_s": 0.0,
+                            "other_compute_s": 0.0, "checkpoint_s": 0.0, "publish_s": 0.0}}
+    o = load_vs_trl().overlap(breakdown(2.4, 1.0, 1.4), breakdown(3.0, 1.0, 2.0))
+    assert (o["t_gen_s"], o["t_train_s"]) == (1.0, 2.0)  # from the synchronous run
+    assert o["bound"] == pytest.approx(1.5) and o["achieved"] == pytest.approx(1.25)  # 3.0 s -> 2.4 s per step
+    assert o["fraction_of_bound"] == pytest.approx(1.25 / 1.5)
