@@ -113,6 +113,11 @@ def _index(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in index.items()}
 
 
+# pytest and coverage run every suite and break with a file of theirs hidden; a module of theirs
+# named like the task's library is their own code, not a copy of it (pytest's _pytest/_io/wcwidth.py).
+MACHINERY = frozenset({"_pytest", "coverage"})
+
+
 @functools.cache
 def copies_of(modules: tuple[str, ...], tree: str | None = None, seen_as: str = "") -> tuple[list[dict], list[str]]:
     """(binds of /dev/null over modules `<m>.py`, masks over packages `<m>/`) for every copy of
@@ -126,9 +131,11 @@ def copies_of(modules: tuple[str, ...], tree: str | None = None, seen_as: str = 
     index, inside = _index(roots), (lambda p: p if tree is None else seen_as + p[len(tree):])
     out_binds, out_masks = [], []
     for m in modules:
+        files = [p for p in index.get(f"{m}.py", ()) if not MACHINERY.intersection(p.split("/"))]
+        dirs = [p for p in index.get(m, ()) if not MACHINERY.intersection(p.split("/"))]
         out_binds += [{"src": "/dev/null", "dst": inside(p), "rw": False, "dir": False}
-                      for p in index.get(f"{m}.py", ()) if os.path.isfile(p)]
-        out_masks += [inside(p) for p in index.get(m, ()) if os.path.isdir(p) and not os.path.islink(p)
+                      for p in files if os.path.isfile(p)]
+        out_masks += [inside(p) for p in dirs if os.path.isdir(p) and not os.path.islink(p)
                       and any(f.endswith(".py") for f in os.listdir(p))]
     # a copy inside another (vendor/six/src/six) is hidden with it, and could not be mounted on once it is
     out_masks = [p for p in sorted(set(out_masks)) if not any(p.startswith(q + "/") for q in out_masks)]

@@ -330,12 +330,16 @@ def test_copies_of_the_task_library_are_hidden(tmp_path: Path) -> None:
     (site / "dep" / "_vendor" / "tinylib" / "src" / "tinylib").mkdir(parents=True)  # a copy in a copy
     (site / "dep" / "_vendor" / "tinylib" / "src" / "tinylib" / "__init__.py").write_text("ORIGINAL = 3\n")
     (site / "dep" / "__init__.py").write_text("")
+    (site / "_pytest" / "_io").mkdir(parents=True)  # pytest's own module of that name: not a copy, kept
+    (site / "_pytest" / "_io" / "tinylib.py").write_text("PYTEST_OWN = 1\n")
     code = ("import os\n"
             "print(repr(open('/sandbox/site/dep/_vendor/tinylib.py').read()))\n"
-            "print(sorted(os.listdir('/sandbox/site/dep/_vendor/tinylib')))\n")
+            "print(sorted(os.listdir('/sandbox/site/dep/_vendor/tinylib')))\n"
+            "print(repr(open('/sandbox/site/_pytest/_io/tinylib.py').read()))\n")
     work = tmp_path / "work"
     work.mkdir()
     shown = sandbox.run(sandbox.python_argv("-c", code), work, 60, site=site)
     hidden = sandbox.run(sandbox.python_argv("-c", code), work, 60, site=site, hidden_modules=["tinylib"])
-    assert shown.stdout.splitlines() == ["'ORIGINAL = 1\\n'", "['__init__.py', 'src']"], shown.stderr
-    assert hidden.stdout.splitlines() == ["''", "[]"], hidden.stderr
+    own = "'PYTEST_OWN = 1\\n'"
+    assert shown.stdout.splitlines() == ["'ORIGINAL = 1\\n'", "['__init__.py', 'src']", own], shown.stderr
+    assert hidden.stdout.splitlines() == ["''", "[]", own], hidden.stderr
