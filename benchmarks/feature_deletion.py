@@ -1,15 +1,17 @@
-"""Feature Deletion task generation on real PyPI sdists: how long it takes, how much it yields.
+"""Feature Deletion at scale on real PyPI projects: one task set built from a list of sources,
+every accepted task checked in the sandbox, a sample of every source audited by the red team.
 
-    uv run python benchmarks/feature_deletion.py [--sources pypi:inflection==0.5.1,pypi:toolz==1.0.0]
-                                                 [--jobs 1] [--max-tasks N]
+    uv run python benchmarks/feature_deletion.py [--sources benchmarks/feature_deletion_sources.txt]
+        [--work outputs/bench/feature-deletion] [--results benchmarks/results] [--max-tasks 5] [--jobs N]
+        [--retry-failed] [--skip-redteam]
 
-For each source (downloaded once with pip into ~/.cache/composer-prime/sdists), builds a task
-set with seed 0 and times it: the two baseline runs, the coverage run (one context per test),
-the gates (one full-suite run on the broken tree plus one run of the task's tests on the
-restored tree, per candidate). Then scores
-each accepted task twice in its sandbox: the untouched broken repo (expect reward 0) and the
-repo with solution/ copied over it (expect reward 1), and times both.
-Prints a table and writes benchmarks/results/feature_deletion.json.
+The build is `composer-prime env build-tasks --sources` (feature_deletion.sources: parallel within
+the cores, resumable: rerunning after a crash keeps finished sources). Per source: tests
+collected and stable, functions considered, tasks accepted, rejections by reason, build time
+(test environment, baseline, coverage, gates). Then every accepted task is scored twice by
+`score_task` in its sandbox: the untouched broken repo must score 0 and the repo with solution/
+copied in exactly 1.0. Then the red team (feature_deletion.redteam) on one task of every source.
+Writes <results>/feature_deletion.json and prints the README's tables.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 
-from feature_deletion.generate import build  # noqa: E402
+from feature_deletion.candidates import Settings  # noqa: E402
+from feature_deletion.redteam import audit, summary  # noqa: E402
 from feature_deletion.scoring import score_task  # noqa: E402
+from feature_deletion.sources import build_many, parse_sources  # noqa: E402
 
 
 def arg(name: str, default: str | None) -> str | None:
@@ -36,75 +40,80 @@ def arg(name: str, default: str | None) -> str | None:
     return args[args.index(name) + 1] if name in args else default
 
 
-def time_scoring(set_dir: Path, tasks: list[dict]) -> list[dict]:
-    rows = []
-    for t in tasks:
-        d = set_dir / "tasks" / t["id"]
-        with tempfile.TemporaryDirectory(prefix="fd-bench-") as tmp:
-            fixed = Path(tmp) / "fixed"
-            shutil.copytree(d / "repo", fixed)
-            shutil.copytree(d / "solution", fixed, dirs_exist_ok=True)
-            row = {"id": t["id"], "n_tests": t["n_tests"]}
-            for name, repo in (("broken", d / "repo"), ("restored", fixed)):
-                start = time.perf_counter()
-                score = score_task(d, repo)
-                row[f"{name}_s"] = round(time.perf_counter() - start, 3)
-                row[f"{name}_reward"] = score.reward
-        print(f"  scored {t['id']}: broken {row['broken_reward']} in {row['broken_s']} s, "
-              f"restored {row['restored_reward']} in {row['restored_s']} s", flush=True)
-        rows.append(row)
-    return rows
-
-
-def bench(source: str, jobs: int, max_tasks: int | None) -> dict:
+def check_task(task_dir: Path) -> dict:
+    """The broken repo's reward and the restored one's, from the scorer, with their times."""
+    row = {"id": task_dir.name}
     with tempfile.TemporaryDirectory(prefix="fd-bench-") as tmp:
-        out = Path(tmp) / "set"
-        start = time.perf_counter()
-        m = build(source, out, seed=0, max_tasks=max_tasks, jobs=jobs, log=lambda msg: print("  " + msg, flush=True))
-        wall = time.perf_counter() - start
-        r = m["report"]
-        row = {"source": source, "sha256": m["source"]["sha256"], "jobs": jobs, "max_tasks": max_tasks,
-               "tests": r["tests_collected"], "stable_passing": r["tests_stable_passing"],
-               "functions": r["candidates"], "passed_filters": r["passed_filters"], "evaluated": r["evaluated"],
-               "accepted": r["accepted"], "rejected": r["rejected"], "seconds": r["seconds"],
-               "wall_s": round(wall, 3),
-               "gates_s_per_candidate": round(r["seconds"]["gates"] / max(1, r["evaluated"]), 3),
-               "total_s_per_accepted": round(r["seconds"]["total"] / max(1, r["accepted"]), 3),
-               "tasks": [t["id"] for t in m["tasks"]]}
-        rows = time_scoring(out, m["tasks"])
-        row["scoring"] = rows
-        row["scoring_mean_s"] = {k: round(sum(x[k] for x in rows) / len(rows), 3) for k in ("broken_s", "restored_s")}
-        row["scoring_rewards_ok"] = all(x["broken_reward"] == 0 and x["restored_reward"] == 1 for x in rows)
+        fixed = Path(tmp) / "fixed"
+        shutil.copytree(task_dir / "repo", fixed)
+        shutil.copytree(task_dir / "solution", fixed, dirs_exist_ok=True)
+        for name, repo in (("broken", task_dir / "repo"), ("restored", fixed)):
+            start = time.perf_counter()
+            row[f"{name}_reward"] = score_task(task_dir, repo).reward
+            row[f"{name}_s"] = round(time.perf_counter() - start, 3)
+    return row
+
+
+def source_row(root: Path, entry: dict) -> dict:
+    row = {"source": entry["source"], "status": entry["status"], "error": entry.get("error")}
+    if entry["status"] != "ok":
         return row
+    m = json.loads((root / entry["dir"] / "manifest.json").read_text())
+    r = m["report"]
+    checks = []
+    for t in m["tasks"]:
+        checks.append(check_task(root / entry["dir"] / "tasks" / t["id"]))
+        c = checks[-1]
+        print(f"  scored {entry['slug']}/{c['id']}: broken {c['broken_reward']} ({c['broken_s']} s), "
+              f"restored {c['restored_reward']} ({c['restored_s']} s)", flush=True)
+    return {**row, "tests": r["tests_collected"], "stable_passing": r["tests_stable_passing"],
+            "functions": r["candidates"], "passed_filters": r["passed_filters"], "evaluated": r["evaluated"],
+            "accepted": r["accepted"], "rejected": r["rejected"], "gate_rejections": r["gate_rejections"],
+            "seconds": r["seconds"], "installed": len(m["testenv"]["installed"]),
+            "requirements": m["testenv"]["requirements"], "plugins": sorted(m["testenv"]["plugins"]),
+            "checks": checks, "checks_ok": sum(c["broken_reward"] == 0.0 and c["restored_reward"] == 1.0 for c in checks)}
 
 
 def main() -> None:
-    sources = arg("--sources", "pypi:inflection==0.5.1,pypi:toolz==1.0.0").split(",")
-    jobs = int(arg("--jobs", "1"))
-    max_tasks = int(arg("--max-tasks", "0")) or None
-    results = []
-    for source in sources:
-        print(f"building from {source}", flush=True)
-        results.append(bench(source, jobs, max_tasks))
-    out = Path(arg("--results", str(ROOT / "benchmarks" / "results"))) / "feature_deletion.json"  # --results DIR: elsewhere
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0],
-                               "results": results}, indent=2) + "\n")
-    print("\n| source | tests | functions | passed filters | accepted | baseline | coverage | gates "
-          "| total | gates / candidate | total / accepted task |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in results:
+    sources = parse_sources(Path(arg("--sources", str(ROOT / "benchmarks" / "feature_deletion_sources.txt"))))
+    out = Path(arg("--work", str(ROOT / "outputs" / "bench" / "feature-deletion")))
+    max_tasks = int(arg("--max-tasks", "5"))
+    jobs = int(arg("--jobs", "0")) or None
+    start = time.perf_counter()
+    index = build_many(sources, out, seed=0, max_tasks=max_tasks, jobs=jobs, settings=Settings(),
+                       retry_failed="--retry-failed" in sys.argv)
+    build_s = time.perf_counter() - start
+    rows = [source_row(out, e) for e in index["sources"]]
+    red = None
+    if "--skip-redteam" not in sys.argv:
+        red = summary(audit(out, n=len([r for r in rows if r["status"] == "ok"]), log=lambda m: print(m, flush=True)))
+    result = {"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0], "max_tasks": max_tasks,
+              "build_wall_s": round(build_s, 1), "sources": rows, "redteam": red}
+    path = Path(arg("--results", str(ROOT / "benchmarks" / "results"))) / "feature_deletion.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print_tables(result)
+    print(f"\nwritten {path}")
+
+
+def print_tables(result: dict) -> None:
+    print("\n| source | tests (stable) | functions | passed filters | accepted | rejected | env / baseline / coverage / gates "
+          "| sandbox check (0 broken, 1.0 restored) |\n|---|---|---|---|---|---|---|---|")
+    for r in result["sources"]:
+        if r["status"] != "ok":
+            print(f"| {r['source']} | {r['status']}: {r['error']} |  |  |  |  |  |  |")
+            continue
         s = r["seconds"]
-        print(f"| {r['source']} | {r['tests']} | {r['functions']} | {r['passed_filters']} | {r['accepted']} "
-              f"| {s['baseline']:.1f} s | {s['coverage']:.1f} s | {s['gates']:.1f} s | {s['total']:.1f} s "
-              f"| {r['gates_s_per_candidate']:.1f} s | {r['total_s_per_accepted']:.1f} s |")
-    print("\n| source | rejected |\n|---|---|")
-    for r in results:
-        print(f"| {r['source']} | {', '.join(f'{k} {v}' for k, v in r['rejected'].items())} |")
-    print("\n| source | tasks scored | broken: mean s | restored: mean s | rewards 0 then 1 |\n|---|---|---|---|---|")
-    for r in results:
-        print(f"| {r['source']} | {len(r['scoring'])} | {r['scoring_mean_s']['broken_s']} s "
-              f"| {r['scoring_mean_s']['restored_s']} s | {r['scoring_rewards_ok']} |")
-    print(f"\nwritten {out}")
+        rej = ", ".join(f"{k} {v}" for k, v in r["rejected"].items())
+        print(f"| {r['source'][5:]} | {r['tests']} ({r['stable_passing']}) | {r['functions']} | {r['passed_filters']} "
+              f"| {r['accepted']} | {rej} | {s['testenv']:.0f} / {s['baseline']:.0f} / {s['coverage']:.0f} / {s['gates']:.0f} s "
+              f"| {r['checks_ok']}/{len(r['checks'])} |")
+    red = result["redteam"]
+    if red:
+        print(f"\nred team: {red['attacks']} attacks on {red['tasks']} tasks, {red['failures']} failures")
+        for x in red["results"]:
+            if not x["ok"]:
+                print(f"  {x['task']} {x['attack']}: {x['problem']}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,19 @@ SMALLEST = {
     "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
     "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--rl-flags",
                            "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
-    "feature_deletion": lambda: ["--sources", str(FIXTURE), "--max-tasks", "1"],
+    "feature_deletion": lambda: ["--sources", str(sources_file(FIXTURE)), "--max-tasks", "1", "--jobs", "1", "--skip-redteam"],
     # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
     "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
                        "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
 }
-SCRATCH = {"quickstart", "broadcast", "distill_ab", "vs_trl"}  # the ones that take --work
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "vs_trl", "feature_deletion"}  # the ones that take --work
+
+
+def sources_file(*sources: Path) -> Path:
+    """A sources list (feature_deletion's --sources) naming local trees, in a fresh directory."""
+    path = Path(tempfile.mkdtemp(prefix="fd-sources-")) / "sources.txt"
+    path.write_text("".join(f"{s}\n" for s in sources))
+    return path
 
 
 def run(name: str, tmp_path: Path) -> dict:
@@ -78,8 +86,8 @@ def test_distill_ab(tmp_path):
 
 
 def test_feature_deletion(tmp_path):
-    [row] = run("feature_deletion", tmp_path)["results"]
-    assert row["accepted"] == 1 and row["scoring_rewards_ok"]
+    [row] = run("feature_deletion", tmp_path)["sources"]
+    assert (row["status"], row["accepted"], row["checks_ok"]) == ("ok", 1, 1)  # broken scores 0, restored 1.0
 
 
 def test_vs_trl(tmp_path):

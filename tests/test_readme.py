@@ -41,6 +41,14 @@ SEQUENCES = {
     "traces": [("uv run composer-prime traces ingest tests/fixtures/traces --out outputs/traces.jsonl", list)],
     "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
                    lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "32"])],
+    # the sdist comes from PyPI at test time (as test_generate's real-sdist test); two attacks, not fifteen
+    "feature-deletion": [
+        ("uv run composer-prime env build-tasks feature-deletion --source pypi:inflection==0.5.1 --out outputs/tasks/inflection",
+         list),
+        ("uv run composer-prime env redteam outputs/tasks/inflection",
+         lambda: ["--attacks", "copy_original_from_host,edit_and_delete_tests", "--json", "outputs/redteam.json"]),
+        ("uv run rl @ configs/feature-deletion.toml",
+         lambda: [*small_rl(), "--orchestrator.eval.num_tasks", "1", "--orchestrator.sampling.max_tokens", "32"])],
 }
 
 
@@ -120,3 +128,34 @@ def test_hub(tmp_path):
 def test_traces(tmp_path):
     steps = rows(run_sequence("traces", tmp_path) / "outputs" / "traces.jsonl")
     assert len(steps) == 11 and sum(s["error"] is True for s in steps) == 2  # the fixtures' steps, errors marked
+
+
+def test_feature_deletion(tmp_path):
+    """README: build inflection's task set, audit it (every attack 0, stopped by its defence), then
+    rl on it with the config as shipped: its train split trains, its held-out task evaluates."""
+    work = run_sequence("feature-deletion", tmp_path)
+    manifest = json.loads((work / "outputs" / "tasks" / "inflection" / "manifest.json").read_text())
+    assert len(manifest["tasks"]) == 3  # docs/environments.md: inflection 0.5.1 gives 3 tasks
+    audit = json.loads((work / "outputs" / "redteam.json").read_text())
+    attacks = [r for r in audit["results"] if r["attack"] not in ("honest", "untouched")]
+    assert audit["failures"] == 0 and len(attacks) == 2
+    assert all(r["score"] == 0.0 and r["stopped_by"] for r in attacks)
+    assert [r["score"] for r in audit["results"] if r["attack"] == "honest"] == [1.0]
+    run = work / "outputs" / "feature-deletion"
+    orch = rows(run / "orchestrator" / "metrics.jsonl")
+    steps = [r for r in orch if "rollouts" in r]
+    assert [r["rollouts"] for r in steps] == [8, 8]  # batch_size 8: the sandboxed rollouts were all scored
+    assert all(0.0 <= r["env/feature-deletion/reward"] <= 1.0 for r in steps)
+    assert [r for r in orch if "eval/feature-deletion/reward" in r]  # eval_args without taskset_dir found the set
+    assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
+
+
+def test_config_headers_quote_the_readme():
+    """Each example config's header gives the README's commands, character for character."""
+    quoted = 0
+    for config in sorted((ROOT / "configs").glob("*.toml")):
+        for line in config.read_text().splitlines():
+            if m := re.match(r"#\s+(uv run \S.*?)(\s+#.*)?$", line):
+                assert m.group(1) in README, f"{config.name}: the README does not say: {m.group(1)}"
+                quoted += 1
+    assert quoted >= 6

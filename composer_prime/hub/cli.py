@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS: tuple[str, ...] = ("init", "validate", "eval", "build", "publish", "install", "build_tasks")
+COMMANDS: tuple[str, ...] = ("init", "validate", "eval", "build", "publish", "install", "build_tasks", "redteam")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

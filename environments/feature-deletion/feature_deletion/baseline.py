@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from feature_deletion.pytest_run import Outcome
+from feature_deletion.requirements import Declared, declared
 
 # Anything that could hold a pristine copy of the code or hints about it: VCS history, bytecode,
 # type-checker and test caches, build outputs (build/lib is a full copy), packaging metadata.
@@ -84,11 +84,12 @@ def fetch_pypi(spec: str, log=lambda m: None) -> Path:
     return dest / files[0].name
 
 
-def unpack(source: Path, dest: Path) -> tuple[str, str | None]:
-    """Copy a directory or unpack an sdist into `dest` (stripped). Returns (kind, sha256)."""
+def unpack(source: Path, dest: Path) -> tuple[str, str | None, Declared]:
+    """Copy a directory or unpack an sdist into `dest` (stripped). Returns (kind, sha256, what it
+    declares it needs: read before stripping, which removes `*.egg-info`)."""
     if source.is_dir():
         copy_tree(source, dest)
-        return "dir", None
+        return "dir", None, declared(source)
     if not source.is_file():
         raise BuildError(f"source not found: {source}")
     with tempfile.TemporaryDirectory(prefix="fd-unpack-") as tmp:
@@ -103,7 +104,8 @@ def unpack(source: Path, dest: Path) -> tuple[str, str | None]:
         entries = list(Path(tmp).iterdir())
         root = entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(tmp)
         copy_tree(root, dest)
-    return "sdist", sha256(source)
+        needs = declared(root)
+    return "sdist", sha256(source), needs
 
 
 @dataclass
@@ -114,10 +116,6 @@ class Layout:
     pytest_opts: list[str]        # options every run needs (`-o pythonpath=src` for a src layout)
     test_targets: list[str]       # test dirs and files a full-suite run collects
     include: list[Path] = field(default_factory=list)  # what coverage measures
-
-    @property
-    def pytest_args(self) -> list[str]:
-        return self.pytest_opts + self.test_targets
 
 
 def is_test_file(name: str) -> bool:
@@ -160,16 +158,6 @@ def find_layout(tree: Path) -> Layout:
                 sources.append(rel)
     opts = ["-o", "pythonpath=src"] if src_root != tree else []
     return Layout(modules, sources, test_paths, opts, runnable, include)
-
-
-def installed_modules(names: list[str]) -> list[str]:
-    """Which of `names` this interpreter can import from site-packages. Asked in a fresh `-I`
-    interpreter away from the tree, so the tree itself (cwd, PYTHONPATH) does not count."""
-    names = [n for n in names if n not in sys.stdlib_module_names]
-    code = "import importlib.util, json, sys; print(json.dumps([n for n in sys.argv[1:] if importlib.util.find_spec(n)]))"
-    with tempfile.TemporaryDirectory() as cwd:
-        out = subprocess.run([sys.executable, "-I", "-c", code, *names], cwd=cwd, capture_output=True, text=True)
-    return json.loads(out.stdout) if out.returncode == 0 else []
 
 
 @dataclass

@@ -4,19 +4,18 @@ here because pytest-cov is not a dependency).
 
 coverage's own `dynamic_context = test_function` names the test *function*, which merges the
 cases of a parametrized test; switching the context on `item.nodeid` keeps them apart and
-matches the nodeids read back from JUnit XML.
+matches the nodeids read back from JUnit XML. The run happens in the sandbox (suite.py), so
+the file names coverage records are the sandbox's: `read_contexts` maps them back.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from coverage import CoverageData
 
-from feature_deletion.pytest_run import Outcome, run_pytest
-
-_PLUGIN = '''
+# An old-style hook wrapper: works with every pytest a project's constraints may pick.
+PLUGIN = '''
 import os
 import coverage
 import pytest
@@ -27,43 +26,36 @@ _cov = coverage.Coverage(data_file=os.environ["FD_COV_DATA"], config_file=False,
 _cov.start()
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _cov.switch_context(item.nodeid)
-    try:
-        return (yield)
-    finally:
-        _cov.switch_context("")
+    yield
+    _cov.switch_context("")
 
 
 def pytest_unconfigure(config):
     _cov.stop()
     _cov.save()
 '''
-
 PLUGIN_NAME = "_fd_coverage_plugin"
 
 
-def run_with_contexts(tree: Path, args: list[str], include: list[Path], work: Path,
-                      timeout_s: float) -> tuple[dict[str, Outcome], dict[Path, dict[int, set[str]]]]:
-    """Run the suite under coverage; returns (outcomes, {file: {line: {nodeid...}}}).
+def write_plugin(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
+    return directory
 
-    `include` lists source files/dirs to measure (tests are not worth tracing). The plugin and
-    the data file live in `work`, outside the tree, so nothing new appears in the tree.
-    """
-    work.mkdir(parents=True, exist_ok=True)
-    (work / f"{PLUGIN_NAME}.py").write_text(_PLUGIN)
-    data_file = work / "coverage.db"
-    data_file.unlink(missing_ok=True)
-    patterns = [str(p) + ("/*" if p.is_dir() else "") for p in include]
-    env = {"FD_COV_DATA": str(data_file), "FD_COV_INCLUDE": os.pathsep.join(patterns),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))}
-    outcomes = run_pytest(tree, ["-p", PLUGIN_NAME, *args], work / "coverage.xml", timeout_s, env=env,
-                          basetemp=work / "basetemp")
+
+def read_contexts(data_file: Path, seen_as: str, tree: Path) -> dict[Path, dict[int, set[str]]]:
+    """{file in `tree`: {line: {nodeid...}}} from a coverage data file written by a run that saw
+    `tree` at the path `seen_as`."""
     data = CoverageData(basename=str(data_file))
     data.read()
+    prefix = seen_as.rstrip("/") + "/"
     lines: dict[Path, dict[int, set[str]]] = {}
     for name in data.measured_files():
+        if not name.startswith(prefix):
+            continue
         by_line = {ln: {c for c in ctxs if c} for ln, ctxs in data.contexts_by_lineno(name).items()}
-        lines[Path(name).resolve()] = {ln: c for ln, c in by_line.items() if c}
-    return outcomes, lines
+        lines[(tree / name[len(prefix):]).resolve()] = {ln: c for ln, c in by_line.items() if c}
+    return lines

@@ -1,136 +1,36 @@
 """Build a Feature Deletion task set from a Python source tree with a pytest suite.
 
-    source (dir | sdist | pypi:name==ver) -> unpack and strip -> baseline (suite run twice)
-    -> coverage run (one context per test) -> functions sized 5-80 body lines, covered by
-    3..20% of the suite -> seeded order -> the four gates -> tasks on disk + manifest.
+    source (dir | sdist | pypi:name==ver) -> unpack and strip -> its test environment (uv)
+    -> baseline (suite run twice) -> coverage run (one context per test) -> functions sized 5-80
+    body lines, covered by 3..20% of the suite -> seeded order -> the gates -> tasks + manifest.
 
-See docs/environments.md "Feature Deletion: building tasks" for the on-disk format.
+Every run of the suite happens in the scoring sandbox with the source's test environment
+(suite.py), and the gates score each candidate with the scorer itself (gates.py). See
+docs/environments.md "Feature Deletion: building tasks" for the on-disk format.
 """
 
 from __future__ import annotations
 
-import ast
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from feature_deletion import taskdir
-from feature_deletion.baseline import (Baseline, BuildError, Layout, classify, copy_tree, fetch_pypi, find_layout,
-                                       installed_modules, unpack)
-from feature_deletion.coverage_map import run_with_contexts
-from feature_deletion.deletion import Function, apply_deletions, find_functions, private_helpers, references
+from feature_deletion import sandbox, taskdir
+from feature_deletion.baseline import Baseline, BuildError, Layout, classify, copy_tree, fetch_pypi, find_layout, unpack
+from feature_deletion.buildlog import BuildLog, log_path, stderr
+from feature_deletion.candidates import EXAMPLES, VARIANTS, Candidate, Settings, select
 from feature_deletion.gates import Gates, GateResult
-from feature_deletion.pytest_run import PytestError, run_pytest
+from feature_deletion.pytest_run import PytestError, neutral_options
+from feature_deletion.suite import Suite
+from feature_deletion.testenv import build_env
 
-VARIANTS = ("body", "with_helpers")
-# Static rejections, checked in this order; gate rejections come from feature_deletion.gates.
-NO_HELPERS, TOO_SHORT, TOO_LONG = "no_private_helpers", "too_short", "too_long"
-UNSTABLE, TOO_FEW, TOO_MANY = "unstable_tests", "too_few_tests", "too_many_tests"
-DUPLICATE = "duplicate_name"  # two definitions share a qualname (property setters, overloads)
-EXAMPLES = 10  # rejected_examples kept per reason
-
-
-@dataclass
-class Settings:
-    min_body_lines: int = 5
-    max_body_lines: int = 80
-    min_tests: int = 3
-    max_test_fraction: float = 0.2
-    baseline_timeout_s: float = 1800.0
-
-
-@dataclass
-class Candidate:
-    file: str                      # relative to the repo root
-    module: str
-    fn: Function
-    helpers: list[Function]
-    tests: list[str]               # stable-passing tests that execute its body (or its helpers')
-
-    @property
-    def name(self) -> str:
-        return f"{self.module}.{self.fn.qualname}"
-
-    def task_id(self, variant: str) -> str:
-        return f"{self.module}--{self.fn.qualname}--{variant}"
-
-    @property
-    def body_lines(self) -> int:
-        return sum(f.body_lines for f in (self.fn, *self.helpers))
-
-    def deleted(self) -> list[dict]:
-        return [{"file": self.file, "qualname": f.qualname, "lineno": f.lineno, "end_lineno": f.end_lineno,
-                 "kind": kind} for f, kind in [(self.fn, "body"), *((h, "removed") for h in self.helpers)]]
-
-    def broken(self, tree: Path) -> dict[str, str]:
-        source = (tree / self.file).read_bytes().decode("utf-8")
-        edits = [(self.fn, "body"), *((h, "remove") for h in self.helpers)]
-        return {self.file: apply_deletions(source, edits)}
-
-
-@dataclass
-class Selection:
-    functions: int = 0
-    candidates: list[Candidate] = field(default_factory=list)
-    rejected: dict[str, list[str]] = field(default_factory=dict)   # reason -> [module.qualname]
-
-    def reject(self, reason: str, name: str) -> None:
-        self.rejected.setdefault(reason, []).append(name)
-
-
-def module_name(rel: str) -> str:
-    parts = rel.removesuffix(".py").split("/")
-    if parts[0] == "src":
-        parts = parts[1:]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def select(tree: Path, layout: Layout, stable: list[str], unstable: list[str],
-           lines: dict[Path, dict[int, set[str]]], variant: str, s: Settings) -> Selection:
-    """Every function of the source files, either a candidate for the gates or rejected statically."""
-    sources: dict[str, str] = {}
-    for rel in layout.source_files:
-        try:
-            sources[rel] = (tree / rel).read_bytes().decode("utf-8")
-            ast.parse(sources[rel])
-        except (UnicodeDecodeError, SyntaxError, ValueError):
-            sources.pop(rel, None)  # not parseable by this interpreter: not a source of tasks
-    refs = {rel: references(text) for rel, text in sources.items()}
-    stable_set, unstable_set = set(stable), set(unstable)
-    max_tests = max(s.min_tests, int(s.max_test_fraction * len(stable)))
-    sel = Selection()
-    for rel, text in sources.items():
-        fns = find_functions(text)
-        cov = lines.get((tree / rel).resolve(), {})
-        seen = Counter(f.qualname for f in fns)
-        for fn in fns:
-            sel.functions += 1
-            if seen[fn.qualname] > 1:
-                sel.reject(DUPLICATE, f"{module_name(rel)}.{fn.qualname}")
-                continue
-            helpers = private_helpers(fn, fns, rel, refs) if variant == "with_helpers" else []
-            cand = Candidate(rel, module_name(rel), fn, helpers, [])
-            covering = {t for f in (fn, *helpers) for ln in range(f.body_start, f.end_lineno + 1)
-                        for t in cov.get(ln, ())}
-            cand.tests = sorted(covering & stable_set)
-            reason = (NO_HELPERS if variant == "with_helpers" and not helpers
-                      else TOO_SHORT if cand.body_lines < s.min_body_lines
-                      else TOO_LONG if cand.body_lines > s.max_body_lines
-                      else UNSTABLE if covering & unstable_set
-                      else TOO_FEW if len(cand.tests) < s.min_tests
-                      else TOO_MANY if len(cand.tests) > max_tests else None)
-            if reason:
-                sel.reject(reason, cand.name)
-            else:
-                sel.candidates.append(cand)
-    return sel
+TESTENV = "testenv"  # <set>/testenv/site is the test environment; task.json points at it relatively
 
 
 def resolve_source(source: str, out: Path, log: Callable[[str], None]) -> tuple[Path, str]:
@@ -153,7 +53,8 @@ class Recorded:
     coverage_s: float
 
 
-def record(pristine: Path, layout: Layout, work: Path, s: Settings, log: Callable[[str], None]) -> Recorded:
+def record(pristine: Path, layout: Layout, args: list[str], suite: Suite, work: Path, s: Settings,
+           log: BuildLog) -> Recorded:
     """Two baseline runs and a coverage run, all on one copy of the tree (never on `pristine`)."""
     run = work / "run"
     copy_tree(pristine, run)
@@ -161,8 +62,7 @@ def record(pristine: Path, layout: Layout, work: Path, s: Settings, log: Callabl
     try:
         for i in (1, 2):
             t = time.perf_counter()
-            runs.append(run_pytest(run, layout.pytest_args, work / f"baseline{i}.xml", s.baseline_timeout_s,
-                                   basetemp=work / "basetemp"))
+            runs.append(suite.run(run, args, work / f"baseline{i}", s.baseline_timeout_s, keep_output=i == 1))
             times.append(time.perf_counter() - t)
             log(f"baseline run {i}/2: {len(runs[-1])} tests, {Counter(runs[-1].values()).get('passed', 0)} "
                 f"passed, {times[-1]:.1f} s")
@@ -170,12 +70,16 @@ def record(pristine: Path, layout: Layout, work: Path, s: Settings, log: Callabl
                 raise BuildError("no tests collected")
         t = time.perf_counter()
         include = [run / p.relative_to(pristine) for p in layout.include]
-        outcomes, lines = run_with_contexts(run, layout.pytest_args, include, work / "cov", s.baseline_timeout_s)
+        outcomes, lines = suite.coverage(run, args, include, work / "cov", s.baseline_timeout_s)
     except PytestError as e:
-        raise BuildError(f"the test suite does not run: {str(e).splitlines()[0]}") from None
+        raise BuildError(f"the test suite does not run: {e}") from None
     t_cov = time.perf_counter() - t
     # The coverage run counts as a third baseline run: a test that only passes untraced is not stable.
     base = classify([*runs, outcomes])
+    broken_modules = [t for t in base.failing if "::" not in t]
+    if broken_modules:
+        log(f"{len(broken_modules)} test modules do not import (a missing dependency? see --deps): "
+            f"{', '.join(broken_modules[:5])}")
     log(f"coverage run: {t_cov:.1f} s; {len(base.stable_passing)} stable passing, {len(base.unstable)} "
         f"unstable, {len(base.failing)} failing")
     if not base.stable_passing:
@@ -219,84 +123,112 @@ def run_gates(order: list[Candidate], gates: Gates, max_tasks: int | None, jobs:
 
 def build(source: str, out: Path, seed: int = 0, max_tasks: int | None = None, variant: str = "body",
           force: bool = False, jobs: int = 1, settings: Settings | None = None,
-          log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
-    """Build the task set into `out`; returns the manifest. Raises BuildError on bad input."""
+          log: Callable[[str], None] = stderr, log_file: Path | None = None) -> dict:
+    """Build the task set into `out`; returns the manifest. Raises BuildError on bad input. The
+    build log goes to `log_file` (default `<out>.build.log`), which outlives a failed build."""
     s = settings or Settings()
     if variant not in VARIANTS:
         raise BuildError(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
     out = Path(out).resolve()
     taskdir.check_out(out, force)
-    t0 = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="fd-build-"))
-    stage = None
+    blog = BuildLog(log_file or log_path(out), log)
+    work, stage = Path(tempfile.mkdtemp(prefix="fd-build-")), None
     try:
-        path, origin = resolve_source(source, out, log)
-        pristine = work / "pristine"
-        kind, digest = unpack(path, pristine)
-        layout = find_layout(pristine)
-        if not layout.source_files:
-            raise BuildError(f"not a Python project: no top-level package or module in {source}")
-        if not layout.test_targets:
-            raise BuildError(f"no test files (test_*.py, *_test.py, tests/) in {source}")
-        clash = installed_modules(layout.modules)
-        if clash:
-            raise BuildError(f"{', '.join(clash)} is installed in this interpreter ({sys.executable}): its tests "
-                             "would import that copy, and an agent could read the pristine code from it")
-        log(f"{len(layout.source_files)} source files ({', '.join(layout.modules)}); "
-            f"pytest {' '.join(layout.pytest_args)}")
-        try:
-            rec = record(pristine, layout, work, s, log)
-        except BuildError as e:
-            raise BuildError(f"{e} in {source}") from None
-        base = rec.base
-        sel = select(pristine, layout, base.stable_passing, base.unstable, rec.lines, variant, s)
-        order = sorted(sel.candidates, key=lambda c: (c.file, c.fn.lineno))
-        random.Random(seed).shuffle(order)
-        log(f"{sel.functions} functions, {len(order)} pass the size and test filters")
-
-        gates = Gates(pristine, work / "gates", layout.pytest_opts, layout.test_targets, base.stable_passing,
-                      timeout_s=max(60.0, 10 * max(rec.seconds)), min_tests=s.min_tests)
         stage = taskdir.staging(out)
-        tasks: list[dict] = []
-
-        def accept(i: int, cand: Candidate, broken: dict[str, str], res: GateResult) -> None:
-            task = {"id": cand.task_id(variant), "file": cand.file, "qualname": cand.fn.qualname,
-                    "deleted": cand.deleted(), "tests": res.tests, "baseline_passing": base.stable_passing,
-                    "test_paths": layout.test_paths, "pytest_args": layout.pytest_args,
-                    "body_lines": cand.body_lines, "n_tests": len(res.tests), "variant": variant}
-            taskdir.write_task(stage, task, pristine, broken)
-            tasks.append(task)
-            log(f"[{i}/{len(order)}] {cand.name}: accepted, {len(res.tests)} tests "
-                f"({len(tasks)}{f'/{max_tasks}' if max_tasks else ''})")
-
-        def reject(i: int, cand: Candidate, res: GateResult) -> None:
-            sel.reject(res.reason, cand.name)
-            log(f"[{i}/{len(order)}] {cand.name}: rejected, {res.reason} ({res.detail})")
-
-        t = time.perf_counter()
-        evaluated = run_gates(order, gates, max_tasks, jobs, accept, reject)
-        t_gates = time.perf_counter() - t
-        report = {
-            "tests_collected": len(base.collected), "tests_stable_passing": len(base.stable_passing),
-            "unstable": base.unstable, "baseline_failing": base.failing, "tests_skipped": len(base.skipped),
-            "candidates": sel.functions, "accepted": len(tasks),
-            "rejected": {r: len(v) for r, v in sorted(sel.rejected.items())},
-            "rejected_examples": {r: sorted(v)[:EXAMPLES] for r, v in sorted(sel.rejected.items())},
-            "passed_filters": len(order), "evaluated": evaluated, "not_evaluated": len(order) - evaluated,
-            "seconds": {"baseline": round(sum(rec.seconds), 3), "coverage": round(rec.coverage_s, 3),
-                        "gates": round(t_gates, 3), "total": round(time.perf_counter() - t0, 3)},
-        }
-        if not tasks:
-            raise BuildError(f"no task accepted from {source}: {len(order)} candidates passed the filters, "
-                             f"rejected {report['rejected']}")
-        settings_out = {k: v for k, v in vars(s).items() if k != "baseline_timeout_s"}
-        manifest = {"format": 1, "env": "feature-deletion", "seed": seed, "variant": variant,
-                    "source": {"kind": kind, "origin": origin, "sha256": digest},
-                    "settings": {**settings_out, "max_tasks": max_tasks}, "report": report, "tasks": tasks}
-        taskdir.finish(stage, out, manifest, force)
-        stage = None
-        return manifest
+        return _build(source, out, seed, max_tasks, variant, force, jobs, s, blog, work, stage)
+    except BuildError as e:
+        blog(f"error: {e}", echo=False)  # the caller reports it, once
+        raise BuildError(f"{e}{blog.where()}") from None
     finally:
+        blog.close()
         shutil.rmtree(work, ignore_errors=True)
-        if stage is not None:
+        if stage is not None and stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def _build(source: str, out: Path, seed: int, max_tasks: int | None, variant: str, force: bool, jobs: int,
+           s: Settings, log: BuildLog, work: Path, stage: Path) -> dict:
+    t0 = time.perf_counter()
+    try:
+        sandbox.ensure_available()
+    except sandbox.SandboxUnavailable as e:
+        raise BuildError(str(e)) from None
+    path, origin = resolve_source(source, out, log)
+    pristine = work / "pristine"
+    kind, digest, declared = unpack(path, pristine)
+    layout = find_layout(pristine)
+    if not layout.source_files:
+        raise BuildError(f"not a Python project: no top-level package or module in {source}")
+    if not layout.test_targets:
+        raise BuildError(f"no test files (test_*.py, *_test.py, tests/) in {source}")
+    log(f"{len(layout.source_files)} source files ({', '.join(layout.modules)}); declared requirements "
+        f"{declared.requirements() or 'none'} (from {', '.join(declared.origins) or 'nowhere'})")
+    t = time.perf_counter()
+    env = build_env(stage / TESTENV, declared, s.deps, layout.modules, s.declared_deps, log, log.detail)
+    t_env = time.perf_counter() - t
+    plugins = env.loaded_plugins() if s.pytest_plugins is None else s.pytest_plugins
+    args = [*([] if s.keep_pytest_config else neutral_options(plugins)), *layout.pytest_opts, *layout.test_targets]
+    env_vars = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": None} if s.keep_pytest_config else {}
+    log(f"test environment: {len(env.installed)} distributions in {t_env:.1f} s; pytest {' '.join(args)}")
+    limits = sandbox.Limits(cpu_s=int(s.baseline_timeout_s))
+    suite = Suite(env.site, env_vars, layout.modules, layout.test_paths, limits, log.detail)
+    try:
+        rec = record(pristine, layout, args, suite, work, s, log)
+    except BuildError as e:
+        raise BuildError(f"{e} in {source}") from None
+    base = rec.base
+    sel = select(pristine, layout, base.stable_passing, base.unstable, rec.lines, variant, s)
+    order = sorted(sel.candidates, key=lambda c: (c.file, c.fn.lineno))
+    random.Random(seed).shuffle(order)
+    log(f"{sel.functions} functions, {len(order)} pass the size and test filters")
+    for reason, names in sorted(sel.rejected.items()):  # every one named, in the log
+        log.detail(f"rejected, {reason}: {', '.join(sorted(names))}")
+
+    common = {"baseline_passing": base.stable_passing, "test_paths": layout.test_paths, "pytest_args": args,
+              "testenv": f"../../{TESTENV}/site", "pytest_autoload": s.keep_pytest_config}
+    gates = Gates(pristine, work / "gates", {**common, "testenv": str(env.site)}, suite,
+                  timeout_s=max(60.0, 10 * max(rec.seconds)), min_tests=s.min_tests)
+    tasks: list[dict] = []
+    gate_rejections: list[dict] = []
+
+    def accept(i: int, cand: Candidate, broken: dict[str, str], res: GateResult) -> None:
+        task = {"id": cand.task_id(variant), "file": cand.file, "qualname": cand.fn.qualname,
+                "deleted": cand.deleted(), "tests": res.tests, **common,
+                "body_lines": cand.body_lines, "n_tests": len(res.tests), "variant": variant, "checked": res.checked}
+        taskdir.write_task(stage, task, pristine, broken)
+        tasks.append(task)
+        log(f"[{i}/{len(order)}] {cand.name}: accepted, {len(res.tests)} tests "
+            f"({len(tasks)}{f'/{max_tasks}' if max_tasks else ''})")
+
+    def reject(i: int, cand: Candidate, res: GateResult) -> None:
+        sel.reject(res.reason, cand.name)
+        gate_rejections.append({"function": cand.name, "reason": res.reason, "detail": res.detail})
+        log(f"[{i}/{len(order)}] {cand.name}: rejected, {res.reason} ({res.detail})")
+        if res.output:
+            log.detail(res.output)
+
+    t = time.perf_counter()
+    evaluated = run_gates(order, gates, max_tasks, jobs, accept, reject)
+    t_gates = time.perf_counter() - t
+    report = {
+        "tests_collected": len(base.collected), "tests_stable_passing": len(base.stable_passing),
+        "unstable": base.unstable, "baseline_failing": base.failing, "tests_skipped": len(base.skipped),
+        "candidates": sel.functions, "accepted": len(tasks),
+        "rejected": {r: len(v) for r, v in sorted(sel.rejected.items())},
+        "rejected_examples": {r: sorted(v)[:EXAMPLES] for r, v in sorted(sel.rejected.items())},
+        "gate_rejections": gate_rejections,
+        "passed_filters": len(order), "evaluated": evaluated, "not_evaluated": len(order) - evaluated,
+        "seconds": {"testenv": round(t_env, 3), "baseline": round(sum(rec.seconds), 3),
+                    "coverage": round(rec.coverage_s, 3), "gates": round(t_gates, 3),
+                    "total": round(time.perf_counter() - t0, 3)},
+    }
+    if not tasks:
+        raise BuildError(f"no task accepted from {source}: {len(order)} candidates passed the filters, "
+                         f"rejected {report['rejected']}")
+    settings_out = {k: v for k, v in vars(s).items() if k != "baseline_timeout_s"}
+    manifest = {"format": 1, "env": "feature-deletion", "seed": seed, "variant": variant,
+                "source": {"kind": kind, "origin": origin, "sha256": digest},
+                "settings": {**settings_out, "max_tasks": max_tasks}, "testenv": env.record(),
+                "report": report, "tasks": tasks}
+    taskdir.finish(stage, out, manifest, force)
+    return manifest

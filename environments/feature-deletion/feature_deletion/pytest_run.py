@@ -1,15 +1,13 @@
-"""Run a project's pytest suite on a tree and read per-test outcomes from JUnit XML.
+"""The pytest command every run of a project's suite uses, and per-test outcomes read back from
+its JUnit XML.
 
 Outcomes come from the XML file (written outside the tree), never from stdout: a test suite,
-or an agent, can print anything. No sandboxing here: the scoring side wraps `pytest_command`
-in its own sandbox; the generator calls `run_pytest` directly on trusted trees.
+or an agent, can print anything. Every run happens in the sandbox (scoring.sandboxed_pytest):
+the generator's, the agent's `run_tests` and the scorer's.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -40,7 +38,7 @@ def pytest_command(tree: Path, args: list[str], junit_path: Path, python: str | 
     return cmd + list(args)
 
 
-# Every pytest run, on the host (task generation) and in the sandbox (tools, scoring), sees these.
+# Every pytest run (generation, tools, scoring; all in the sandbox) sees these.
 PYTEST_DETERMINISM = {
     "PYTHONDONTWRITEBYTECODE": "1",  # no .pyc of the pristine source left in the tree
     # Plugins that happen to be installed beside us are not the project's: keep them out (and
@@ -50,42 +48,25 @@ PYTEST_DETERMINISM = {
 }
 
 
-def pytest_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """os.environ without what would leak into or steer the run, plus `env` on top."""
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_CORE_"))}
-    out.update(PYTEST_DETERMINISM)
-    out.update(env or {})
-    return out
+def neutral_options(plugins: list[str]) -> list[str]:
+    """The project's `addopts` (`--cov`, `-n auto`, `--doctest-modules`...) and required plugins
+    switched off, and the plugins to load named one by one (autoload is off everywhere)."""
+    opts = ["-o", "addopts=", "-o", "required_plugins="]
+    for p in plugins:
+        opts += ["-p", p]
+    return opts
 
 
-def run_pytest(tree: Path, args: list[str], junit_path: Path, timeout_s: float,
-               env: dict[str, str] | None = None, basetemp: Path | None = None) -> dict[str, Outcome]:
-    """Run pytest on `tree` and return {nodeid: outcome} for every test it reported.
-
-    Tests that never ran (e.g. their module failed to import) are absent from the result:
-    callers must treat a missing nodeid as not passing. Raises PytestTimeout / PytestError.
-    """
-    tree, junit_path = Path(tree).resolve(), Path(junit_path).resolve()
-    junit_path.parent.mkdir(parents=True, exist_ok=True)
-    junit_path.unlink(missing_ok=True)
-    cmd = pytest_command(tree, args, junit_path, basetemp=basetemp)
-    # A new session so a timeout can kill the whole process group (tests may spawn children).
-    proc = subprocess.Popen(cmd, cwd=tree, env=pytest_env(env), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise PytestTimeout(f"pytest ran past {timeout_s:.0f} s in {tree}")
-    except BaseException:  # KeyboardInterrupt: leave no stray suite running
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    if not junit_path.exists():
-        tail = out.decode(errors="replace")[-1500:]
-        raise PytestError(f"pytest exited {proc.returncode} without a report in {tree}:\n{tail}")
-    return parse_junit(junit_path, tree)
+def cause(output: str) -> str:
+    """The line of pytest's output that says why it produced no report."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for pick in (lambda ln: ": error:" in ln or ln.startswith("error:"),
+                 lambda ln: ln.startswith(("ERROR", "E ")) and "usage:" not in ln,
+                 lambda ln: "Error" in ln):
+        found = [ln for ln in lines if pick(ln)]
+        if found:
+            return found[0][:300]
+    return (lines[-1] if lines else "no output")[:300]
 
 
 def parse_junit(report: Path | bytes, tree: Path) -> dict[str, Outcome]:

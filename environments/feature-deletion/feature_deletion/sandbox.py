@@ -5,8 +5,9 @@ Isolation, all from the kernel, no daemon (see sandbox_init.py for the process t
   uid otherwise); every capability is dropped before the command runs. Not being host root is
   what makes RLIMIT_NPROC bind (the kernel exempts real root from it).
 - mount namespace + pivot_root onto an empty tmpfs: only /usr (and the /bin, /lib links), the
-  interpreter's prefix, an allow-listed site-packages, the working copy (at /sandbox/repo) and
-  declared extra mounts are visible; site-/dist-packages, bundled wheels and /usr/src are masked;
+  interpreter's prefix, the task's test environment (or an allow-listed site-packages), the
+  working copy (at /sandbox/repo) and declared extra mounts are visible; site-/dist-packages,
+  bundled wheels and /usr/src are masked;
   /tmp is a private tmpfs; the root is read-only.
 - net namespace (loopback only), ipc and uts namespaces.
 - pid namespace: when the command ends or is killed, the kernel kills everything it forked.
@@ -178,20 +179,25 @@ def run(
     cwd: str = SANDBOX_REPO,
     packages: Sequence[str] = DEFAULT_PACKAGES,
     hidden_modules: Sequence[str] = (),
+    site: Path | None = None,
 ) -> Result:
     """Run `cmd` with `workdir` mounted read-write at /sandbox/repo and nothing else of the host
-    writable. `hidden_modules`: top-level module names that must not be visible (the task's own
-    library); it is an error if an allow-listed package provides one."""
+    writable. `site`: a task's test environment (testenv.py), mounted read-only at /sandbox/site;
+    without it the allow-listed `packages` of this venv are. `hidden_modules`: top-level module
+    names that must not be visible (the task's own library); it is an error if one is there.
+    `env` entries set to None are removed from the command's environment."""
     ensure_available()
-    return _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules)
+    return _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules, site)
 
 
-def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules) -> Result:
+def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_modules, site=None) -> Result:
     binds, masks, links = sandbox_layout.system_layout()
-    for path, name in site_entries(tuple(packages)):
-        if name.removesuffix(".py") in hidden_modules:
-            raise SandboxError(f"package {name} ({path}) is the task's own library: refusing to expose it")
-        binds.append({"src": path, "dst": f"{SANDBOX_SITE}/{name}", "rw": False, "dir": os.path.isdir(path)})
+    try:
+        site_binds, hiding, hidden_masks = sandbox_layout.python_mounts(tuple(packages), tuple(hidden_modules), site)
+    except ValueError as e:
+        raise SandboxError(str(e)) from None
+    binds += [*site_binds, *hiding]  # after the site: some hide files inside it
+    masks = [*masks, *hidden_masks]
     writable = [Mount(Path(workdir), SANDBOX_REPO, True), *mounts]
     for m in writable:
         binds.append({"src": str(Path(m.src).resolve()), "dst": m.dst, "rw": m.writable, "dir": Path(m.src).is_dir()})
@@ -210,7 +216,7 @@ def _run(cmd, workdir, timeout_s, limits, mounts, env, cwd, packages, hidden_mod
         "root": str(root), "binds": binds, "masks": masks, "symlinks": links,
         "files": sandbox_layout.ETC_GENERATED, "tmp_mb": limits.tmp_mb,
         "uid": limits.uid, "gid": limits.uid, "status_fd": status_w, "cwd": cwd,
-        "argv": list(cmd), "env": {**base_env, **(env or {})},
+        "argv": list(cmd), "env": {k: v for k, v in {**base_env, **(env or {})}.items() if v is not None},
         "nice": limits.nice, "rlimits": {
             "AS": limits.memory_mb << 20, "NPROC": limits.nproc, "FSIZE": limits.fsize_mb << 20,
             "CPU": limits.cpu_s, "NOFILE": limits.nofile, "CORE": 0,

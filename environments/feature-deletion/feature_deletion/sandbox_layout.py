@@ -1,8 +1,9 @@
 """What the sandbox can see: system directories, the interpreter, an allow-listed site-packages.
 
 The interpreter is the venv's python resolved to its base binary and run with -S, so nothing of
-any site-packages is on sys.path but the allow-listed distributions (pytest, coverage and their
-dependencies), bind-mounted one by one at /sandbox/site. The rest of the venv, the base
+any site-packages is on sys.path but /sandbox/site: a task's own test environment (testenv.py)
+or, for a task set built without one, the allow-listed distributions (pytest, coverage and their
+dependencies), bind-mounted one by one. The rest of the venv, the base
 interpreter's own site-packages, the system's dist-packages and bundled wheels may hold the task's
 library and are never shown.
 """
@@ -13,6 +14,7 @@ import functools
 import importlib.metadata
 import os
 import sys
+import sysconfig
 from glob import glob
 from pathlib import Path
 
@@ -94,3 +96,71 @@ def system_layout() -> tuple[list[dict], list[str], list[list[str]]]:
     for dev in ("null", "zero", "full", "random", "urandom"):
         binds.append({"src": f"/dev/{dev}", "dst": f"/dev/{dev}", "rw": True, "dir": False})
     return binds, sorted(set(masks)), links
+
+
+@functools.cache
+def _index(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """name -> paths of every file and directory under `roots` (never inside the masked trees or
+    the interpreter's own standard library). Built once per process: a few seconds for the
+    130,000 files of a system's /usr."""
+    skip = {*system_layout()[1], os.path.realpath(sysconfig.get_paths()["stdlib"])}
+    index: dict[str, list[str]] = {}
+    for root in roots:
+        for top, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip]
+            for name in dirs + files:
+                index.setdefault(name, []).append(os.path.join(top, name))
+    return {k: tuple(v) for k, v in index.items()}
+
+
+# pytest and coverage run every suite and break with a file of theirs hidden; a module of theirs
+# named like the task's library is their own code, not a copy of it (pytest's _pytest/_io/wcwidth.py).
+MACHINERY = frozenset({"_pytest", "coverage"})
+
+
+@functools.cache
+def copies_of(modules: tuple[str, ...], tree: str | None = None, seen_as: str = "") -> tuple[list[dict], list[str]]:
+    """(binds of /dev/null over modules `<m>.py`, masks over packages `<m>/`) for every copy of
+    these top-level modules in the visible system trees, or in `tree` (a test environment, seen at
+    `seen_as` inside): a tool under /usr, or a test dependency, may vendor the very library a task
+    deleted a function from (the Google Cloud SDK ships six; urllib3 1.x carries it too)."""
+    if not modules:
+        return [], []
+    binds, masks, links = system_layout()
+    roots = tuple(b["src"] for b in binds if b["dir"] and not b["src"].startswith("/dev")) if tree is None else (tree,)
+    index, inside = _index(roots), (lambda p: p if tree is None else seen_as + p[len(tree):])
+    out_binds, out_masks = [], []
+    for m in modules:
+        files = [p for p in index.get(f"{m}.py", ()) if not MACHINERY.intersection(p.split("/"))]
+        dirs = [p for p in index.get(m, ()) if not MACHINERY.intersection(p.split("/"))]
+        out_binds += [{"src": "/dev/null", "dst": inside(p), "rw": False, "dir": False}
+                      for p in files if os.path.isfile(p)]
+        out_masks += [inside(p) for p in dirs if os.path.isdir(p) and not os.path.islink(p)
+                      and any(f.endswith(".py") for f in os.listdir(p))]
+    # a copy inside another (vendor/six/src/six) is hidden with it, and could not be mounted on once it is
+    out_masks = [p for p in sorted(set(out_masks)) if not any(p.startswith(q + "/") for q in out_masks)]
+    return out_binds, out_masks
+
+
+def python_mounts(packages: tuple[str, ...], hidden: tuple[str, ...],
+                  site: Path | None) -> tuple[list[dict], list[dict], list[str]]:
+    """(binds for /sandbox/site, binds hiding copies of the task's library, masks hiding them).
+    /sandbox/site is the task's test environment or, without one, the allow-listed `packages` of
+    this venv; ValueError when either provides one of the `hidden` modules at its top level."""
+    hidden = tuple(sorted(hidden))
+    hiding, masks = copies_of(hidden)
+    if site is None:
+        binds = []
+        for path, name in site_entries(packages):
+            if name.removesuffix(".py") in hidden:
+                raise ValueError(f"package {name} ({path}) is the task's own library: refusing to expose it")
+            binds.append({"src": path, "dst": f"{SANDBOX_SITE}/{name}", "rw": False, "dir": os.path.isdir(path)})
+        return binds, hiding, masks
+    site = Path(site).resolve()
+    if not site.is_dir():
+        raise ValueError(f"test environment not found: {site}")
+    for name in hidden:
+        if (site / name).exists() or (site / f"{name}.py").exists():
+            raise ValueError(f"the test environment {site} holds {name}, the task's own library: refusing to expose it")
+    nested, nested_masks = copies_of(hidden, str(site), SANDBOX_SITE)  # vendored inside a dependency
+    return [{"src": str(site), "dst": SANDBOX_SITE, "rw": False, "dir": True}], hiding + nested, masks + nested_masks

@@ -119,7 +119,8 @@ def _admissible(rel: str, path: Path, original: Path, dest: Path, roots: list[st
 
 def overlay(task: dict, pristine: Path, agent_repo: Path, dest: Path) -> tuple[list[str], list[str]]:
     """Copy the agent's admissible changes onto `dest` (a clean copy of `pristine`).
-    Returns (applied, ignored) relative paths; files the agent left unchanged are neither."""
+    Returns (applied, ignored) relative paths; files the agent left unchanged are neither, and
+    files it deleted are ignored (`dest` keeps them)."""
     roots = source_roots(task, pristine)
     test_paths = list(task.get("test_paths", []))
     applied, ignored, seen = [], [], 0
@@ -139,7 +140,19 @@ def overlay(task: dict, pristine: Path, agent_repo: Path, dest: Path) -> tuple[l
                 applied.append(rel)
             else:
                 ignored.append(rel)
-    return applied, ignored
+    return applied, ignored + _deleted(dest, agent_repo)
+
+
+def _deleted(tree: Path, agent_repo: Path) -> list[str]:
+    """Files of `tree` (the pristine copy) that the agent's tree no longer has."""
+    out = []
+    for top, dirs, files in os.walk(tree):
+        dirs.sort()
+        for name in sorted(files):
+            rel = (Path(top) / name).relative_to(tree).as_posix()
+            if not os.path.lexists(agent_repo / rel):
+                out.append(rel)
+    return out
 
 
 def junit_outcomes(junit: Path, tree: Path) -> tuple[dict[str, str], str | None]:
@@ -196,17 +209,32 @@ def protected_paths(task: dict, repo: Path, canary: str | None) -> list[str]:
     return sorted(p for p in paths if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in paths))
 
 
+def suite_env(task_dir: Path, task: dict) -> tuple[Path | None, dict]:
+    """The task's test environment (None for a set built without one: this venv's allow-list is
+    mounted then) and the environment variables its pytest runs need."""
+    site = (Path(task_dir) / task["testenv"]).resolve() if task.get("testenv") else None
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": None} if task.get("pytest_autoload") else {}
+    return site, env
+
+
 def sandboxed_pytest(repo: Path, out: Path, args: list[str], junit_name: str, timeout_s: float,
-                     limits: sandbox.Limits, hidden: list[str], mounts: list[sandbox.Mount] | None = None):
+                     limits: sandbox.Limits, hidden: list[str], mounts: list[sandbox.Mount] | None = None,
+                     *, site: Path | None = None, env: dict | None = None):
     """Run pytest on `repo` in the sandbox, its JUnit report written to `out` (mounted read-write
     outside the tree); returns (outcomes per test id, report problem or None, the run's Result).
-    The one way both scoring and the agent's `run_tests` tool run the suite."""
+    The one way the generator, scoring and the agent's `run_tests` tool run a suite."""
     cmd = pytest_command(Path(sandbox.SANDBOX_REPO), args, Path(SANDBOX_OUT) / junit_name,
                          basetemp=Path("/tmp/pytest-basetemp"))
     result = sandbox.run(sandbox.python_argv(*cmd[1:], safe_path=False), repo, timeout_s, limits,
-                         mounts=[sandbox.Mount(out, SANDBOX_OUT, writable=True), *(mounts or [])], hidden_modules=hidden)
+                         mounts=[sandbox.Mount(out, SANDBOX_OUT, writable=True), *(mounts or [])], hidden_modules=hidden,
+                         site=site, env=env)
     outcomes, problem = junit_outcomes(out / junit_name, repo)
     return outcomes, problem, result
+
+
+def task_test_args(task: dict, tests: list[str]) -> list[str]:
+    """What `run_tests` runs: the task's pytest options and the given tests, nothing of the rest."""
+    return [*split_pytest_args(task.get("pytest_args", []))[0], "--tb=short", *tests]
 
 
 def score_task(task_dir: Path, agent_repo: Path, config: ScoreConfig = ScoreConfig()) -> Score:
@@ -227,9 +255,10 @@ def score_task(task_dir: Path, agent_repo: Path, config: ScoreConfig = ScoreConf
             targets.append(canary.split("::")[0])
         frozen = [sandbox.Mount(repo / rel, f"{sandbox.SANDBOX_REPO}/{rel}")
                   for rel in (protected_paths(task, repo, canary) if config.freeze_tests else [])]
+        site, env = suite_env(task_dir, task)
         outcomes, problem, result = sandboxed_pytest(
             repo, out, [*task.get("pytest_args", []), *targets], f"junit-{secrets.token_hex(8)}.xml",
-            config.timeout_s, config.limits, top_level_modules(source_roots(task, pristine)), frozen)
+            config.timeout_s, config.limits, top_level_modules(source_roots(task, pristine)), frozen, site=site, env=env)
         return _score(task, config, outcomes, problem, canary, result, applied, ignored)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -253,6 +282,7 @@ def _score(task, config, outcomes, problem, canary, result, applied, ignored) ->
         "applied": applied, "ignored": ignored, "report_problem": problem, "tampered": tampered,
         "returncode": result.returncode, "timed_out": result.timed_out, "killed": result.killed,
         "duration_s": round(result.duration_s, 3), "raw_fraction": len(passed) / len(tests) if tests else 0.0,
-        "output_tail": re.sub(r"\s+\Z", "", (result.stdout + result.stderr)[-2000:]),
+        "outcomes": {t: outcomes.get(t, "missing") for t in tests},
+        "output": re.sub(r"\s+\Z", "", result.stdout + result.stderr),
     }
     return Score(reward=reward, passed=passed, failed=failed, regressions=regressions, details=details)

@@ -99,7 +99,9 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
 
 
 class FeatureDeletionConfig(vf.TasksetConfig):
-    taskset_dir: str = ""  # a task set built by `feature_deletion.generate`
+    # A task set built by `composer-prime env build-tasks` (one source or an index of many).
+    # Empty: the one this process loaded last, so eval args need not repeat the training set's.
+    taskset_dir: str = ""
     split: str = "all"  # "all" | "train" | "eval": a stable split by hash of the task id
     eval_fraction: float = 0.1
     num_tasks: int | None = None
@@ -128,11 +130,18 @@ def in_split(task_id: str, split: str, eval_fraction: float) -> bool:
     return is_eval == (split == "eval")
 
 
+_last_loaded: list[Path] = []  # the task set this process loaded last (see FeatureDeletionConfig.taskset_dir)
+
+
 class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConfig]):
     def load(self) -> list[FeatureDeletionTask]:
-        if not self.config.taskset_dir:
-            raise ValueError("feature-deletion needs taskset_dir: a task set built with feature_deletion.generate")
-        root = Path(self.config.taskset_dir).expanduser().resolve()
+        if self.config.taskset_dir:
+            root = Path(self.config.taskset_dir).expanduser().resolve()
+        elif _last_loaded:  # the orchestrator loads an env's training tasks just before its eval tasks
+            root = _last_loaded[-1]
+        else:
+            raise ValueError("feature-deletion needs taskset_dir: a task set built with "
+                             "`composer-prime env build-tasks feature-deletion`")
         manifest_path = root / MANIFEST
         if not manifest_path.is_file():
             raise FileNotFoundError(f"no {MANIFEST} in {root}: not a built task set (make one with "
@@ -140,14 +149,15 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("env") != "feature-deletion" or manifest.get("format") != 1:
             raise ValueError(f"{manifest_path} is not a feature-deletion task set (format 1)")
+        _last_loaded.append(root)
         tasks = []
-        for entry in manifest["tasks"]:
+        for entry in manifest["tasks"]:  # an index's entries name their directory and a unique id
             if not in_split(entry["id"], self.config.split, self.config.eval_fraction):
                 continue
-            task_dir = root / "tasks" / entry["id"]
+            task_dir = root / entry.get("dir", f"tasks/{entry['id']}")
             task = load_task(task_dir)
             data = FeatureDeletionData(
-                id=task["id"], prompt=user_prompt(task), system_prompt=SYSTEM_PROMPT, task_dir=str(task_dir),
+                id=entry["id"], prompt=user_prompt(task), system_prompt=SYSTEM_PROMPT, task_dir=str(task_dir),
                 file=task["file"], qualname=task["qualname"], tests=list(task["tests"]),
             )
             tasks.append(FeatureDeletionTask(data, self.config.task))

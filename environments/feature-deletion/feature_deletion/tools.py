@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from feature_deletion import sandbox
-from feature_deletion.scoring import copy_clean, sandboxed_pytest, source_roots, split_pytest_args, top_level_modules
+from feature_deletion.scoring import (copy_clean, sandboxed_pytest, source_roots, suite_env, task_test_args,
+                                      top_level_modules)
 from feature_deletion.taskdir import load_task
 from feature_deletion.tool_schemas import TOOLS, ToolError, check_arguments
 
@@ -76,6 +77,7 @@ class FeatureDeletionSession:
         copy_clean(self.task_dir / "repo", self.repo)
         # the task's own top-level module: never allowed on the sandbox's site allow-list
         self.hidden = top_level_modules(source_roots(self.task, self.task_dir / "repo"))
+        self.site, self.env = suite_env(self.task_dir, self.task)
         self.tools: list[dict] = TOOLS
         self.log = ToolLog()
         self.submitted = False
@@ -236,10 +238,9 @@ class FeatureDeletionSession:
         out = self.root / "out"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        opts = split_pytest_args(self.task.get("pytest_args", []))[0]
         outcomes, problem, res = await asyncio.to_thread(
-            sandboxed_pytest, self.repo, out, [*opts, "--tb=short", *targets], "junit.xml",
-            self.config.test_timeout_s, self.config.limits, self.hidden)
+            sandboxed_pytest, self.repo, out, task_test_args(self.task, targets), "junit.xml",
+            self.config.test_timeout_s, self.config.limits, self.hidden, site=self.site, env=self.env)
         return self._cap(_summary(outcomes, problem, res, self.config.test_timeout_s)), False
 
     async def _submit(self) -> tuple[str, bool]:

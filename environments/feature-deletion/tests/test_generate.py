@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from feature_deletion.baseline import BuildError, copy_tree
+from feature_deletion.baseline import BuildError
 from feature_deletion.deletion import apply_deletions, find_functions
-from feature_deletion.gates import COLLATERAL, FAILS_BEFORE, NOT_FAILING, RESTORE_FAILS, Gates
+from feature_deletion.gates import COLLATERAL, FAILS_BEFORE, NOT_FAILING, RESTORE_FAILS
 from feature_deletion.generate import build
-from feature_deletion.pytest_run import run_pytest
+from feature_deletion.hostguard import tree_digest
+from feature_deletion.sandbox import Limits
+from feature_deletion.scoring import score_task
+from feature_deletion.suite import Suite
 from feature_deletion.taskdir import load_task
-from sandbox_support import MINILIB, tree_digest, write_tree
+from sandbox_support import MINILIB, build_in, write_tree
 
 ROOT = Path(__file__).resolve().parents[3]
 quiet = lambda m: None  # noqa: E731
@@ -32,69 +35,46 @@ def without_timings(manifest: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("full") / "set"
-    return build(str(MINILIB), out, seed=0, jobs=2, log=quiet), out
+    return build_in(tmp_path_factory, "full", MINILIB)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("small") / "set"
-    return build(str(MINILIB), out, seed=0, max_tasks=3, jobs=2, log=quiet), out
+    return build_in(tmp_path_factory, "small", MINILIB, max_tasks=3)
 
 
-# ------------------------------------------------------------------ the four gates
-@pytest.fixture(scope="module")
-def gates(full, tmp_path_factory) -> Gates:
-    work = tmp_path_factory.mktemp("gates")
-    copy_tree(MINILIB, work / "pristine")
-    baseline = full[0]["tasks"][0]["baseline_passing"]
-    return Gates(work / "pristine", work / "scratch", [], ["tests"], baseline, timeout_s=120)
+# ------------------------------------------------------------------ the gates
+# Each gate's rejection on the fixture function built to trip it (see the fixture's README),
+# checked in the full build: every candidate was scored by the scorer itself.
+def test_gates_reject_each_fixture_trap_for_its_reason(full):
+    manifest, out = full
+    assert sorted(manifest["report"]["gate_rejections"], key=lambda g: g["function"]) == [
+        {"function": "minilib.numeric._parse_plain", "reason": NOT_FAILING,  # parse_number falls back to _parse_grouped
+         "detail": "0/4 tests fail after deletion"},
+        {"function": "minilib.registry.lookup", "reason": FAILS_BEFORE,  # needs test_register_handlers to run first
+         "detail": "tests fail when run on their own: 2, e.g. tests/test_registry.py::test_lookup_dotted"},
+        {"function": "minilib.report.TextTable._render_lines", "reason": RESTORE_FAILS,  # a failed render leaves its lock
+         "detail": "tests still fail after a failed run and a restore: 4, e.g. tests/test_report.py::test_render"},
+        {"function": "minilib.units.build_table", "reason": COLLATERAL,  # runs at import: every test fails
+         "detail": "other tests fail: 51, e.g. tests/test_numeric.py::test_clamp_inside"}]
 
 
-def check(gates: Gates, file: str, qualname: str, tests: list[str]):
-    source = (gates.pristine / file).read_text()
-    fn = next(f for f in find_functions(source) if f.qualname == qualname)
-    return gates.check({file: apply_deletions(source, [(fn, "body")])}, tests)
+def test_gates_accept_a_sound_deletion_checked_by_the_scorer(full, tmp_path):
+    manifest, out = full
+    task = next(t for t in manifest["tasks"] if t["qualname"] == "TextTable.from_records")
+    assert task["tests"] == ids("test_report.py", "test_from_records", "test_from_records_columns",
+                                "test_from_records_missing_key")
+    assert task["checked"] == {"broken": 0.0, "restored": 1.0}
+    d = out / "tasks" / task["id"]
+    assert score_task(d, d / "repo").reward == 0.0
+    fixed = tmp_path / "fixed"
+    shutil.copytree(d / "repo", fixed)
+    shutil.copytree(d / "solution", fixed, dirs_exist_ok=True)
+    assert score_task(d, fixed).reward == 1.0
 
 
 def ids(module: str, *names: str) -> list[str]:
     return [f"tests/{module}::{n}" for n in names]
-
-
-def test_gates_accept_a_sound_deletion(gates):
-    tests = ids("test_report.py", "test_from_records", "test_from_records_columns", "test_from_records_missing_key")
-    res = check(gates, "minilib/report.py", "TextTable.from_records", tests)
-    assert res.accepted and res.tests == tests
-
-
-def test_gate_a_tests_must_pass_on_the_pristine_tree(gates):
-    # The lookup tests pass inside the suite (test_register_handlers runs first) but not on their own.
-    tests = ids("test_registry.py", "test_lookup_exact", "test_lookup_dotted", "test_lookup_default", "test_lookup_missing")
-    assert set(tests) <= set(gates.baseline_passing)
-    res = check(gates, "minilib/registry.py", "lookup", tests)
-    assert res.reason == FAILS_BEFORE, res
-
-
-def test_gate_b_tests_must_fail_after_deletion(gates):
-    # parse_number falls back to _parse_grouped when _parse_plain raises: deleting it breaks nothing.
-    tests = ids("test_numeric.py", "test_parse_plain", "test_parse_negative", "test_parse_thousands",
-                "test_parse_decimal_comma")
-    res = check(gates, "minilib/numeric.py", "_parse_plain", tests)
-    assert res.reason == NOT_FAILING and res.tests == [], res
-
-
-def test_gate_c_other_tests_must_still_pass(gates):
-    # build_table also runs at import time: without it `import minilib` fails for every test.
-    tests = ids("test_units.py", "test_build_table_identity", "test_build_table_extra_unit", "test_build_table_inverse")
-    res = check(gates, "minilib/units.py", "build_table", tests)
-    assert res.reason == COLLATERAL and res.tests == tests, res
-
-
-def test_gate_d_restoring_the_body_must_pass_again(gates):
-    # A failed render leaves its lock file in the tree: the restored code then still fails.
-    tests = ids("test_report.py", "test_render", "test_render_empty", "test_render_twice", "test_render_wide_header")
-    res = check(gates, "minilib/report.py", "TextTable._render_lines", tests)
-    assert res.reason == RESTORE_FAILS and res.tests == tests, res
 
 
 # ------------------------------------------------------------------ body replacement
@@ -140,7 +120,7 @@ def test_replace_body_without_docstring_and_one_liners():
 def test_fixture_report_pinned(full):
     manifest, out = full
     r = manifest["report"]
-    assert without_timings(manifest)["report"] | {"rejected_examples": None} == {
+    assert without_timings(manifest)["report"] | {"rejected_examples": None, "gate_rejections": None} == {
         "tests_collected": 56, "tests_stable_passing": 54,
         "unstable": ["tests/test_misc.py::test_flaky_median"],
         "baseline_failing": ["tests/test_text.py::test_word_wrap_empty_known_bug"], "tests_skipped": 0,
@@ -148,7 +128,7 @@ def test_fixture_report_pinned(full):
         "rejected": {"collateral_failures": 1, "fails_before": 1, "not_failing_after_deletion": 1,
                      "restore_fails": 1, "too_few_tests": 3, "too_long": 1, "too_many_tests": 1,
                      "too_short": 6, "unstable_tests": 1},
-        "rejected_examples": None, "passed_filters": 14, "evaluated": 14, "not_evaluated": 0}
+        "rejected_examples": None, "gate_rejections": None, "passed_filters": 14, "evaluated": 14, "not_evaluated": 0}
     assert r["rejected_examples"]["collateral_failures"] == ["minilib.units.build_table"]
     assert r["rejected_examples"]["too_many_tests"] == ["minilib.text._normalize"]
     assert r["rejected_examples"]["too_long"] == ["minilib.numeric.number_name"]
@@ -157,7 +137,11 @@ def test_fixture_report_pinned(full):
     for t in manifest["tasks"]:
         assert load_task(out / "tasks" / t["id"]) == t
         assert t["n_tests"] == len(t["tests"]) >= 3 and set(t["tests"]) <= set(t["baseline_passing"])
-        assert t["test_paths"] == ["pyproject.toml", "tests"] and t["pytest_args"] == ["tests"]
+        assert t["test_paths"] == ["pyproject.toml", "tests"] and t["testenv"] == "../../testenv/site"
+        assert t["pytest_args"] == ["-o", "addopts=", "-o", "required_plugins=", "tests"]  # no plugin installed
+        assert t["checked"] == {"broken": 0.0, "restored": 1.0} and t["pytest_autoload"] is False
+    assert sorted(manifest["testenv"]["installed"]) == ["coverage", "iniconfig", "packaging", "pluggy", "pygments", "pytest"]
+    assert (out / "testenv" / "site" / "pytest").is_dir() and not (out / "testenv" / "site" / "minilib").exists()
 
 
 def test_same_seed_same_manifest_other_seed_other_choice(small, tmp_path):
@@ -192,7 +176,7 @@ def test_cli_builds_the_same_set_as_the_api(small, tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == str(out)
-    assert "baseline run 1/2" in res.stderr and "accepted" in res.stderr  # progress on stderr
+    assert "baseline run 1/2" in res.stderr and "accepted" in res.stdout  # progress on stderr, the summary on stdout
     assert without_timings(json.loads((out / "manifest.json").read_text())) == without_timings(small[0])
 
 
@@ -248,29 +232,31 @@ def test_cli_bad_input_as_a_subprocess(tmp_path):
 
 def test_interrupted_build_leaves_no_task_set(tmp_path):
     def log(msg: str) -> None:
-        if msg.startswith("[2/"):
+        if msg.startswith("baseline run 1/2"):  # the staging directory and test environment exist by now
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         build(str(MINILIB), tmp_path / "out", seed=0, log=log)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out.build.log"]  # the log survives, nothing else
 
 
-def test_refuses_a_source_installed_in_this_interpreter(tmp_path):
-    # `coverage` is installed here: its tests would import that copy, and so could an agent.
+def test_refuses_a_test_environment_holding_the_project(tmp_path):
+    # A project named `coverage`: the test environment's coverage would be imported instead of
+    # the tree's copy, and an agent could read the pristine code from it.
     src = write_tree(tmp_path / "src", {"coverage/__init__.py": TINY, "tests/test_c.py": "def test_c():\n    pass\n"})
-    with pytest.raises(BuildError, match="coverage is installed in this interpreter"):
+    with pytest.raises(BuildError, match="would hold the project's own module coverage .installed by coverage-"):
         build(str(src), tmp_path / "out", log=quiet)
 
 
-def test_run_pytest_reads_nodeids_and_outcomes(tmp_path):
+def test_sandboxed_suite_reads_nodeids_and_outcomes(tmp_path):
     tree = write_tree(tmp_path / "t", {
         "tests/test_a.py": ("import pytest\n\nclass TestK:\n    def test_ok(self):\n        pass\n\n"
                             "@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x):\n    assert x == 1\n\n"
                             "@pytest.mark.skip\ndef test_s():\n    pass\n"),
         "tests/sub/test_b.py": "import nothing_here\n",
     })
-    res = run_pytest(tree, ["tests"], tmp_path / "j.xml", timeout_s=120)
+    suite = Suite(None, {}, [], ["tests"], Limits())
+    res = suite.run(tree, ["tests"], tmp_path / "out", timeout_s=120)
     assert res == {"tests/test_a.py::TestK::test_ok": "passed", "tests/test_a.py::test_p[1]": "passed",
                    "tests/test_a.py::test_p[2]": "failed", "tests/test_a.py::test_s": "skipped",
                    "tests/sub/test_b.py": "error"}
@@ -289,14 +275,13 @@ def test_real_sdist_inflection(tmp_path):
     assert r["candidates"] == r["accepted"] + sum(r["rejected"].values()) + r["not_evaluated"]
     assert r["evaluated"] + r["not_evaluated"] == r["passed_filters"]
     task = m["tasks"][0]
-    assert task["pytest_args"] == ["test_inflection.py"] and "test_inflection.py" in task["test_paths"]
+    assert task["pytest_args"][-1] == "test_inflection.py" and "test_inflection.py" in task["test_paths"]
     assert len(task["baseline_passing"]) == 455
-    # The task as written is what the gates accepted: broken fails its tests, the solution passes them.
+    # The task as written scores as the gates saw it: 0 broken, exactly 1.0 with the solution.
     d = tmp_path / "out" / "tasks" / task["id"]
     assert not list(d.rglob("*.egg-info")) and not list(d.rglob("__pycache__"))
-    broken = run_pytest(d / "repo", task["tests"], tmp_path / "b.xml", timeout_s=120)
-    assert all(broken.get(t) != "passed" for t in task["tests"])
+    assert score_task(d, d / "repo").reward == 0.0
     fixed = tmp_path / "fixed"
     shutil.copytree(d / "repo", fixed)
     shutil.copytree(d / "solution", fixed, dirs_exist_ok=True)
-    assert all(v == "passed" for v in run_pytest(fixed, task["tests"], tmp_path / "f.xml", 120).values())
+    assert score_task(d, fixed).reward == 1.0

@@ -16,7 +16,7 @@ import pytest
 
 from feature_deletion import sandbox, sandbox_cgroup
 from feature_deletion.sandbox import Limits, python_argv, run
-from sandbox_support import leaked_sandbox_pids, sandbox_pids
+from feature_deletion.hostguard import leaked_sandbox_pids, sandbox_pids
 
 SMALL = Limits(memory_mb=512, nproc=32, cpu_s=30, fsize_mb=4, tmp_mb=32, output_kib=16)
 
@@ -318,3 +318,28 @@ def test_unprivileged_host_path() -> None:
     assert f"map ['0', '{uid}', '1'] 0" in out.stdout, out.stdout + out.stderr
     assert "bomb True True" in out.stdout, out.stdout + out.stderr
     assert not leaked_sandbox_pids()
+
+
+def test_copies_of_the_task_library_are_hidden(tmp_path: Path) -> None:
+    # A test dependency vendoring the task's own library (urllib3 1.x carries six) must not hand
+    # the original to the agent: inside the sandbox the copies read as empty or are gone.
+    site = tmp_path / "site"
+    (site / "dep" / "_vendor" / "tinylib").mkdir(parents=True)
+    (site / "dep" / "_vendor" / "tinylib.py").write_text("ORIGINAL = 1\n")
+    (site / "dep" / "_vendor" / "tinylib" / "__init__.py").write_text("ORIGINAL = 2\n")
+    (site / "dep" / "_vendor" / "tinylib" / "src" / "tinylib").mkdir(parents=True)  # a copy in a copy
+    (site / "dep" / "_vendor" / "tinylib" / "src" / "tinylib" / "__init__.py").write_text("ORIGINAL = 3\n")
+    (site / "dep" / "__init__.py").write_text("")
+    (site / "_pytest" / "_io").mkdir(parents=True)  # pytest's own module of that name: not a copy, kept
+    (site / "_pytest" / "_io" / "tinylib.py").write_text("PYTEST_OWN = 1\n")
+    code = ("import os\n"
+            "print(repr(open('/sandbox/site/dep/_vendor/tinylib.py').read()))\n"
+            "print(sorted(os.listdir('/sandbox/site/dep/_vendor/tinylib')))\n"
+            "print(repr(open('/sandbox/site/_pytest/_io/tinylib.py').read()))\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    shown = sandbox.run(sandbox.python_argv("-c", code), work, 60, site=site)
+    hidden = sandbox.run(sandbox.python_argv("-c", code), work, 60, site=site, hidden_modules=["tinylib"])
+    own = "'PYTEST_OWN = 1\\n'"
+    assert shown.stdout.splitlines() == ["'ORIGINAL = 1\\n'", "['__init__.py', 'src']", own], shown.stderr
+    assert hidden.stdout.splitlines() == ["''", "[]", own], hidden.stderr

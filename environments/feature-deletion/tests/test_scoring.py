@@ -12,7 +12,8 @@ import pytest
 from feature_deletion.scoring import (ScoreConfig, junit_outcomes, overlay, protected_paths, score_task,
                                       source_roots)
 from feature_deletion.taskdir import load_task
-from sandbox_support import HANDMADE_TASK, MEAN_TESTS, STATS_PARTIAL, STATS_SOLUTION, tree_digest, write_tree
+from feature_deletion.hostguard import tree_digest
+from sandbox_support import HANDMADE_TASK, MEAN_TESTS, STATS_PARTIAL, STATS_SOLUTION, write_tree
 
 
 

@@ -196,6 +196,9 @@ def test_taskset_loads_scores_and_splits(minilib_taskset: Path) -> None:
 
     train, held = ids(split="train", eval_fraction=0.5), ids(split="eval", eval_fraction=0.5)
     assert not train & held and train | held == {t.data.id for t in tasks}
+    # eval args without a taskset_dir (an `--orchestrator.envs` override drops eval_args): the set
+    # this process loaded last, as the orchestrator loads training tasks just before eval tasks
+    assert {t.data.id for t in FeatureDeletionTaskset(FeatureDeletionConfig(split="eval", eval_fraction=0.5))} == held
     assert len(list(FeatureDeletionTaskset(FeatureDeletionConfig(taskset_dir=str(minilib_taskset), num_tasks=1)))) == 1
 
     async def episode(restore: bool) -> vf.Trace:
