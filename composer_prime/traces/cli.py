@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS: tuple[str, ...] = ("ingest", "replay")
+COMMANDS: tuple[str, ...] = ("ingest", "replay", "dataset")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
