@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from composer_prime.env_runtime.tasksets import load_tasks, messages
 from tests.conftest import ROOT, free_port
+from tests.replay_support import reverse_text_dataset
 
 
 def rows(path):
@@ -16,21 +16,13 @@ def rows(path):
 
 
 def test_rl_with_replayed_pairs(tmp_path, tiny_model_dir):
-    pairs = [{"id": f"rt-{i}", "prompt": messages(t), "chosen": [{"role": "assistant", "content": t.data.answer}],
-              "rejected": [{"role": "assistant", "content": t.data.prompt}], "agree": ["a", "b"], "circular": False}
-             for i, t in enumerate(load_tasks("reverse-text", {"num_tasks": 200, "seed": 7}))
-             if t.data.answer != t.data.prompt]
-    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    made = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "dataset", str(tmp_path / "pairs.jsonl"),
-                           "--model", "tiny", "--out", str(tmp_path / "dataset"), "--seq-len", "128"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert made.returncode == 0, made.stderr[-2000:]
+    dataset = reverse_text_dataset(tmp_path)
     run = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
                         "--output_dir", str(run), "--max_steps", "8", "--inference.port", str(free_port()),
                         "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "32",
                         "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "8",
-                        "--orchestrator.replay.dataset", str(tmp_path / "dataset"), "--orchestrator.replay.pairs_per_step", "16",
+                        "--orchestrator.replay.dataset", str(dataset), "--orchestrator.replay.pairs_per_step", "16",
                         "--trainer.optim.warmup_steps", "1"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -6,13 +6,12 @@ same log-probs as ours (the tokenisation of prompt and replies agrees)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from composer_prime.traces.dataset import normalise, reference_logps
+from composer_prime.traces.dataset import normalise
 from composer_prime.traces.ingest import ingest
 from composer_prime.traces.pairs import make_pair
 from composer_prime.traces.record import action, tool_call

@@ -300,10 +300,14 @@ class TrainerConfig(Shared, Pinned):
 
 # ---------------------------------------------------------------- sft
 class SFTConfig(Strict):
-    """`uv run sft`: answer-only cross-entropy on a JSONL of chat examples."""
+    """`uv run sft`: answer-only cross-entropy on a JSONL of chat examples, or DPO on a pairs dataset."""
 
     model: str = Field("tiny", description=Shared.model_fields["model"].description)
-    data: Path = Field(description='JSONL, one {"messages": [..., {"role": "assistant", "content": ...}]} per line')
+    data: Path = Field(description='ce: JSONL, one {"messages": [..., {"role": "assistant", "content": ...}]} per line; '
+                                   "dpo: a dataset directory from `composer-prime traces dataset`")
+    objective: Literal["ce", "dpo"] = Field("ce", description="ce: likelihood of the last assistant message; dpo: "
+                                                              "preference pairs with their reference log-probs")
+    beta: float = Field(0.1, gt=0, description="dpo's beta")
     output_dir: Path = Field(Path("outputs/sft"), description="where the fine-tuned model directory is written")
     max_steps: int = Field(100, ge=1, description="optimizer steps")
     batch_size: int = Field(16, ge=1, description="examples per step")

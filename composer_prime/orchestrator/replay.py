@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.base import Strict

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.utils.chat import TemplateError, encode_chat, suffix_ids
+from composer_prime.utils.chat import TemplateError, suffix_ids
 
 
 def as_text(msg: dict) -> dict:
@@ -92,21 +92,31 @@ def normalise(pairs: list[dict], tok: PreTrainedTokenizerBase, seq_len: int, exc
     return kept, counts
 
 
+def pair_logps(model, tok: PreTrainedTokenizerBase, row: dict) -> dict:
+    """{"chosen": log pi(y_w), "rejected": log pi(y_l)}: each reply's log-prob summed over its tokens
+    (tensors, with grad unless the caller turned it off)."""
+    import torch
+
+    from composer_prime.model.logprobs import token_logprobs
+
+    out = {}
+    for side in ("chosen", "rejected"):
+        ids, start = render(tok, row["prompt"], row[side][0])
+        x = torch.tensor([ids])
+        out[side] = token_logprobs(model(input_ids=x).logits[:, :-1], x[:, 1:])[0, start - 1:].sum()
+    return out
+
+
 def reference_logps(rows: list[dict], model_dir: str, tok: PreTrainedTokenizerBase) -> None:
     """Fill ref_chosen_logps / ref_rejected_logps with the frozen model's summed response log-probs."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from composer_prime.model.logprobs import token_logprobs
-
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         for r in rows:
-            for side in ("chosen", "rejected"):
-                ids, start = render(tok, r["prompt"], r[side][0])
-                x = torch.tensor([ids])
-                lp = token_logprobs(model(input_ids=x).logits[:, :-1], x[:, 1:])
-                r[f"ref_{side}_logps"] = float(lp[0, start - 1:].sum())
+            for side, lp in pair_logps(model, tok, r).items():
+                r[f"ref_{side}_logps"] = float(lp)
 
 
 def run(args: argparse.Namespace) -> int:

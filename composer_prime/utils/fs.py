@@ -24,9 +24,10 @@ def check_writable_dir(path: Path) -> None:
         raise PermissionError(f"{probe} is not writable" + ("" if probe == path else f" (on the way to {path})"))
 
 
-def check_readable_file(path: Path) -> None:
-    """Raise OSError unless `path` is a file this process can read."""
-    _check_readable(Path(path).expanduser(), directory=False)
+def check_readable_data(path: Path) -> None:
+    """Raise OSError unless `path` is a readable file or directory (a JSONL file, a datasets directory)."""
+    p = Path(path).expanduser()
+    _check_readable(p, directory=p.is_dir())
 
 
 def check_readable_dir(path: Path) -> None:
