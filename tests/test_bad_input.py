@@ -59,7 +59,7 @@ ROWS = [
     ("relay", [*RELAY, "--data_dir", "{file}/relay", "--dry-run"], "data_dir: {file} is not a directory"),
     ("relay", [*RELAY, "--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
     ("sft", ["--data", "{tmp}/missing.jsonl", "--dry-run"], "data: file not found: {tmp}/missing.jsonl"),
-    ("sft", ["--data", "{dir}", "--dry-run"], "data: {dir} is not a file"),
+    ("sft", ["--data", "{dir}", "--dry-run"], "data: {dir} is a directory but not a saved dataset (no dataset_info.json)"),
     ("sft", [*SFT, "--batch_size", "0", "--dry-run"], "batch_size: Input should be greater than or equal to 1"),
     ("sft", [*SFT, "--output_dir", "{file}", "--dry-run"], "output_dir: {file} is not a directory"),
     # composer-prime

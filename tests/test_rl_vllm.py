@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+from composer_prime.utils.net import bind_error
 from tests.conftest import ROOT, free_port
 
 MARK = "COMPOSER_PRIME_TEST_RUN"
@@ -43,11 +44,15 @@ def port_free(port: int) -> bool:
 
 def start_rl(run: Path, tag: str, steps: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
+    while bind_error("127.0.0.1", port + 1000) is not None:  # vLLM's own server listens 1000 above ours
+        port = free_port()
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart-vllm.toml",
            "--output_dir", str(run), "--max_steps", str(steps), "--inference.port", str(port),
            "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "32",
            "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "16"]
-    rl = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, MARK: tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run.mkdir(parents=True, exist_ok=True)
+    rl = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, MARK: tag}, stdout=subprocess.DEVNULL,
+                          stderr=(run / "rl.stderr").open("w"))  # why it stopped, when it stops before its logs
     return rl, port
 
 
@@ -61,7 +66,7 @@ def wait_gone(tag: str, timeout: float) -> list[int]:
 def test_rl_on_vllm_runs_on_policy_and_leaves_nothing(tmp_path, tiny_model_dir):
     tag = uuid.uuid4().hex
     rl, port = start_rl(tmp_path / "run", tag, steps=4)
-    assert rl.wait(timeout=600) == 0, (tmp_path / "run" / "logs" / "inference.log").read_text()[-3000:]
+    assert rl.wait(timeout=600) == 0, (tmp_path / "run" / "rl.stderr").read_text()[-3000:]
     rows = [json.loads(ln) for ln in (tmp_path / "run" / "trainer" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     # Step 0 is on-policy: vLLM's processed log-probs and the trainer's must be the same distribution.

@@ -50,4 +50,11 @@ def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path):
                         "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not a dataset" in r.stderr, r.stderr
+    dataset = tmp_path / "ds"
+    from datasets import Dataset
+
+    Dataset.from_list([{"prompt": [], "chosen": [], "rejected": []}]).save_to_disk(str(dataset))
+    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(dataset), "--model", "tiny",
+                        "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "train on it with --objective dpo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from composer_prime.traces.ingest import ingest
-from composer_prime.traces.record import write_steps
+from composer_prime.traces.record import read_steps, write_steps
 from composer_prime.traces.replay import Replay
 from composer_prime.traces.teachers import TeachersFile, load_teachers
 from tests.conftest import ROOT, free_port
@@ -47,8 +47,6 @@ def teachers(specs: dict[str, tuple[dict, float, str, int]], **over) -> tuple[Te
 
 
 def replay(cfg, out: Path, steps: Path, **kw) -> tuple[list[dict], dict]:
-    from composer_prime.traces.record import read_steps
-
     r = Replay(cfg, out, **kw)
     pairs = asyncio.run(r.run(read_steps(steps)))
     return pairs, r.summary(pairs, 11)
@@ -137,3 +135,35 @@ def test_bad_teachers_file_is_one_line(tmp_path, steps):
         r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "replay", str(steps),
                             "--teachers", str(bad), "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_student_gate_asks_only_where_the_student_was_unsure(hf_inference, tmp_path, tiny_model_dir):
+    """The gate scores each recorded action with our inference server serving the student (the
+    warm-started tiny model): its own reversals are sure, scrambled replies are not."""
+    from transformers import AutoTokenizer
+
+    from composer_prime.env_runtime.tasksets import load_tasks, messages
+    from composer_prime.traces.gate import StudentGate
+    from composer_prime.traces.record import Step, action
+
+    tasks = load_tasks("reverse-text", {"num_tasks": 10, "seed": 3})
+    sure = [Step(f"s{i}", messages(t), action(t.data.answer, [])) for i, t in enumerate(tasks[:5])]
+    unsure = [Step(f"u{i}", messages(t), action("zq xj " * 4, [])) for i, t in enumerate(tasks[5:])]
+    path = tmp_path / "steps.jsonl"
+    write_steps(sure + unsure, path)
+    gate = StudentGate(hf_inference, AutoTokenizer.from_pretrained(tiny_model_dir), threshold=0.0)
+
+    async def nlls():
+        import httpx
+
+        async with httpx.AsyncClient() as http:
+            return [await gate.nll(http, s) for s in sure + unsure]
+    nll = asyncio.run(nlls())
+    assert max(nll[:5]) < min(nll[5:]), nll  # the student's own answers are the likely ones
+    gate.threshold = (max(nll[:5]) + min(nll[5:])) / 2
+    cfg, servers = teachers({"a": (FIX, 1.0, "ok", 0), "b": (FIX, 1.0, "ok", 0), "c": (OTHER, 1.0, "ok", 0)})
+    r = Replay(cfg, tmp_path / "out", gate=gate)
+    pairs = asyncio.run(r.run(read_steps(path)))
+    summary = r.summary(pairs, 10)
+    assert summary["gated_out"] == 5 and summary["calls"] == 15 and [p["id"] for p in pairs] == [s.id for s in unsure]
+    assert [s.requests for s in servers.values()] == [5, 5, 5]  # against 10 each when everyone is asked everything

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     # `model` and `keys` print one path for scripts to read: their progress goes to stderr. The env
     # commands' progress goes with their results to stdout: stderr holds only a failure's one line.
-    setup("composer-prime", stream=sys.stderr if args.command in ("model", "keys") else sys.stdout)
+    setup("composer-prime", stderr=args.command in ("model", "keys"))
     raise SystemExit(args.func(args))
 
 

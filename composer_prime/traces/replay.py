@@ -12,7 +12,9 @@ pair (pairs.py). Written to DIR:
 
 Gating, measurable against asking everyone everything (`--gating all`): `tiered` asks teachers
 cheapest first and stops as soon as the outcome is decided (enough agree with each other against
-the student, or too few teachers are left to outvote the student's supporters).
+the student, or too few teachers are left to outvote the student's supporters). `--gate-url`
+asks only about steps the student was unsure of (gate.py: its own NLL of its action, above
+`--gate-nll`), counted as `gated_out`.
 `--budget-usd` stops cleanly before a call that could pass the cap; what was bought is kept.
 """
 
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from composer_prime.traces.gate import StudentGate
 from composer_prime.traces.pairs import key, make_pair
 from composer_prime.traces.record import Step, read_steps
 from composer_prime.traces.teachers import Answer, Teacher, TeacherError, TeachersFile, load_teachers
@@ -36,8 +39,9 @@ from composer_prime.traces.teachers import Answer, Teacher, TeacherError, Teache
 
 class Replay:
     def __init__(self, cfg: TeachersFile, out: Path, gating: str = "all", budget_usd: float | None = None,
-                 min_agree: int = 2) -> None:
+                 min_agree: int = 2, gate: StudentGate | None = None) -> None:
         self.cfg, self.out, self.gating, self.budget, self.min_agree = cfg, out, gating, budget_usd, min_agree
+        self.gate = gate
         (out / "cache").mkdir(parents=True, exist_ok=True)
         self.ledger = (out / "ledger.jsonl").open("a", encoding="utf-8")
         self.spent = sum(json.loads(ln)["usd"] for ln in (out / "ledger.jsonl").read_text().splitlines() if ln.strip())
@@ -85,6 +89,9 @@ class Replay:
         return a
 
     async def step(self, teachers: list[Teacher], step: Step) -> dict[str, dict]:
+        if self.gate is not None and not await self.gate.unsure(self.http, step):
+            self.stats["gated_out"] += 1
+            return {}
         if self.gating == "all":
             got = await asyncio.gather(*(self.answer(t, step) for t in teachers))
             return {t.cfg.name: a.action for t, a in zip(teachers, got) if a is not None}
@@ -108,6 +115,7 @@ class Replay:
         pairs: list[dict] = []
         start = time.time()
         async with httpx.AsyncClient() as http:
+            self.http = http  # the student gate's client too
             teachers = [Teacher(c, http, self.cfg.max_tokens, self.cfg.temperature) for c in self.cfg.teachers]
             models = {c.name: c.model for c in self.cfg.teachers}
             for i in range(0, len(steps), window):
@@ -129,6 +137,7 @@ class Replay:
     def summary(self, pairs: list[dict], total: int) -> dict:
         return {"states": self.stats["states"], "of": total, "pairs": len(pairs), "circular": sum(p["circular"] for p in pairs),
                 "calls": self.stats["calls"], "cache_hits": self.stats["cache_hits"], "failed_calls": self.stats["failed_calls"],
+                "gated_out": self.stats["gated_out"],
                 "usd": self.spent, "stopped_by_budget": self.stopped, "gating": self.gating,
                 "teachers": {n: {"usd": 0.0, **c} for n, c in self.per_teacher.items()},
                 "per_trace_usd": dict(self.per_trace)}
@@ -152,7 +161,18 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError) as e:  # a missing or malformed file: one line
         print(f"error: {getattr(e, 'filename', None) or ''}{': ' if getattr(e, 'filename', None) else ''}{e}", file=sys.stderr)
         return 2
-    replay = Replay(cfg, Path(args.out), args.gating, args.budget_usd, args.min_agree)
+    gate = None
+    if args.gate_url:
+        from transformers import AutoTokenizer
+
+        from composer_prime.model.resolve import resolve_model
+
+        try:
+            gate = StudentGate(args.gate_url, AutoTokenizer.from_pretrained(resolve_model(args.gate_model)), args.gate_nll)
+        except (OSError, ValueError) as e:
+            print(f"error: --gate-model {args.gate_model}: {e}", file=sys.stderr)
+            return 2
+    replay = Replay(cfg, Path(args.out), args.gating, args.budget_usd, args.min_agree, gate)
     pairs = asyncio.run(replay.run(steps))
     summary = replay.summary(pairs, len(steps))
     (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -172,5 +192,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--gating", choices=("all", "tiered"), default="all", help="ask every teacher, or cheapest first until decided")
     p.add_argument("--budget-usd", type=float, default=None, help="stop cleanly before spending more than this")
     p.add_argument("--min-agree", type=int, default=2, help="teachers that must agree against the student for a pair")
+    p.add_argument("--gate-url", default=None, help="our inference server serving the student: ask only where it was unsure")
+    p.add_argument("--gate-model", default="tiny", help="the student served there (its tokenizer renders the steps)")
+    p.add_argument("--gate-nll", type=float, default=1.0, help="nats per token of its own action above which it was unsure")
     p.set_defaults(func=run)
     return p

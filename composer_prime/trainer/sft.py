@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int], list[int]]]:
+    if path.is_dir():
+        raise ConfigError(f"data: {path} is a pairs dataset; train on it with --objective dpo")
     rows = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():

@@ -25,9 +25,11 @@ def check_writable_dir(path: Path) -> None:
 
 
 def check_readable_data(path: Path) -> None:
-    """Raise OSError unless `path` is a readable file or directory (a JSONL file, a datasets directory)."""
+    """Raise OSError unless `path` is a readable file (JSONL) or a saved `datasets` directory."""
     p = Path(path).expanduser()
     _check_readable(p, directory=p.is_dir())
+    if p.is_dir() and not (p / "dataset_info.json").is_file():
+        raise IsADirectoryError(f"{p} is a directory but not a saved dataset (no dataset_info.json)")
 
 
 def check_readable_dir(path: Path) -> None:

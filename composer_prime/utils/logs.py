@@ -24,13 +24,33 @@ from typing import TextIO
 PROCESS_ENV = "COMPOSER_PRIME_PROCESS"
 
 
-def setup(process: str, quiet: bool = False, stream: TextIO | None = None) -> None:
-    """Route every logger of this process to `stream` (stdout by default) as `[process] message`."""
-    handler = logging.StreamHandler(stream or sys.stdout)  # flushes after each line: `rl` tees it live
+class _Console(logging.StreamHandler):
+    """A handler writing to whatever sys.stdout (or sys.stderr) is when a line is emitted, not the
+    stream of the moment `setup` ran: a process that redirects its output later (a test harness,
+    a daemon) keeps its lines instead of writing into a closed stream."""
+
+    def __init__(self, to_stderr: bool) -> None:
+        self.to_stderr = to_stderr
+        super().__init__()
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr if self.to_stderr else sys.stdout
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
+def setup(process: str, quiet: bool = False, stderr: bool = False, stream: TextIO | None = None) -> None:
+    """Route every logger of this process to stdout (stderr with `stderr`, or a given `stream`) as
+    `[process] message`. Called again, it replaces what the previous call set up."""
+    handler = logging.StreamHandler(stream) if stream is not None else _Console(stderr)  # flushes after each line
     name = os.environ.get(PROCESS_ENV, process)
     handler.setFormatter(logging.Formatter(f"[{name}] %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     logging.getLogger("composer_prime").setLevel(logging.WARNING if quiet else logging.INFO)
+    logging.captureWarnings(False)  # a second setup in one process (tests) captures afresh
     logging.captureWarnings(True)
