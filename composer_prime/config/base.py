@@ -56,15 +56,15 @@ class Sections(Strict):
 
     def _load_sections(self, named: Iterable[str] = ()) -> None:
         """Validate the sections; `named`: names used elsewhere in the model that must be plug-ins."""
+        if not self.plugins:  # names first, from metadata: a typo fails before the plug-ins' imports (torch: seconds)
+            self._check_names(plugins.names(self.GROUP), named)
         try:
             classes = plugins.load(self.GROUP, self.plugins)
         except ValueError as e:
             raise ValueError(f"plugins: {e}") from None
+        self._check_names(set(classes), named)
         extra = self.__pydantic_extra__
-        for name in named:
-            if name not in classes:
-                raise ValueError(f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(classes))})")
-        errors = [InitErrorDetails(type="extra_forbidden", loc=(k,), input=v) for k, v in extra.items() if k not in classes]
+        errors = []
         for name, cls in classes.items():
             try:
                 extra[name] = cls.Config.model_validate(extra.get(name, {}))
@@ -74,6 +74,14 @@ class Sections(Strict):
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         self._classes = classes
+
+    def _check_names(self, known: set[str], named: Iterable[str]) -> None:
+        for name in named:
+            if name not in known:
+                raise ValueError(f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(known))})")
+        if unknown := [k for k in self.__pydantic_extra__ if k not in known]:
+            raise ValidationError.from_exception_data(type(self).__name__, [
+                InitErrorDetails(type="extra_forbidden", loc=(k,), input=self.__pydantic_extra__[k]) for k in unknown])
 
     def section(self, name: str) -> BaseModel:
         return self.__pydantic_extra__[name]

@@ -18,7 +18,6 @@ from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import check, check_binds, load, one_line_errors
 from composer_prime.config.plan import Process, plan
 from composer_prime.entrypoints import checks
-from composer_prime.env_runtime.tasksets import EnvError, check_envs
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports import auth
 from composer_prime.utils.logs import setup
@@ -55,6 +54,8 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
             if not dry_run and hasattr(p.config, "binds"):
                 check_binds(p.config.binds(), prefix=f"{p.name}.")
         if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
+            from composer_prime.env_runtime.tasksets import EnvError, check_envs  # verifiers: seconds to import
+
             try:
                 check_envs(next(p.config for p in processes if p.name == "orchestrator"))
             except EnvError as e:

@@ -9,6 +9,11 @@ from importlib.metadata import entry_points
 from typing import Any
 
 
+def names(group: str) -> set[str]:
+    """The names registered in `group`, read from the packages' metadata without importing them."""
+    return {ep.name for ep in entry_points(group=group)}
+
+
 def load(group: str, refs: list[str] = ()) -> dict[str, Any]:
     """{name: object}: every entry point of `group`, then each ref, named by its `name` attribute.
     A ref that cannot be imported is a ValueError naming it."""

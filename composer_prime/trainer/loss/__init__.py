@@ -26,7 +26,6 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from composer_prime.model.logprobs import token_logprobs  # every channel's helper; the warm start's too
-from composer_prime.trainer.model import frozen_copy
 from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
 if TYPE_CHECKING:
@@ -70,8 +69,19 @@ class Context:
 
     def frozen_initial(self) -> torch.nn.Module:
         if self._frozen is None:
-            self._frozen = frozen_copy(self.model_dir)
+            self._frozen = self.frozen_copy()
         return self._frozen
+
+    def frozen_copy(self) -> torch.nn.Module:
+        """A fresh frozen copy of the initial weights, sharded like the policy (an EMA starts as one).
+        Imported here: transformers and FSDP take seconds, and a config check needs neither."""
+        from composer_prime.trainer.model import frozen_copy
+
+        return frozen_copy(self.model_dir)
+
+    @property
+    def device(self) -> str:
+        return next(self.policy.parameters()).device.type
 
 
 class NoConfig(BaseModel):

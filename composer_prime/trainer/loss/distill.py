@@ -31,7 +31,6 @@ from pydantic import Field
 
 from composer_prime.config.base import Strict
 from composer_prime.trainer.loss import Channel, Context, LossInputs
-from composer_prime.trainer.model import frozen_copy
 from composer_prime.trainer.loss.distill_teacher import Teacher, TeacherTargets, ema_update, teacher_targets
 from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
@@ -148,7 +147,7 @@ class DistillChannel(Channel):
         super().__init__(cfg, ctx)
         self.ema = None
         if ctx is not None and cfg.teacher == "ema":  # starts at the initial weights, then trails the policy
-            self.ema = frozen_copy(ctx.model_dir)
+            self.ema = ctx.frozen_copy()
         self.scorer = None if ctx is None else {"current": lambda: ctx.policy, "frozen": ctx.frozen_initial,
                                                  "ema": lambda: self.ema}[cfg.teacher]()
         self.forward = False

@@ -31,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from composer_prime.trainer.data import MicroBatch, collate
 from composer_prime.trainer.loss import Channel, Context, LossInputs, token_logprobs
-from composer_prime.trainer.model import device_type
 from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
 
@@ -88,7 +87,7 @@ class DPOChannel(Channel):
         with torch.no_grad():
             for i in range(0, len(rows), self.cfg.score_batch):
                 chunk = rows[i:i + self.cfg.score_batch]
-                mb = collate(chunk, self.ctx.pad_id, ["dpo"], device_type())
+                mb = collate(chunk, self.ctx.pad_id, ["dpo"], self.ctx.device)
                 lp = token_logprobs(policy(input_ids=mb.input_ids).logits[:, :-1], mb.input_ids[:, 1:], mb.temperature)
                 for s, seq in zip(chunk, sequence_logprobs(lp, mb.channel_weights["dpo"]).tolist()):
                     d = s.channel_data["dpo"]
