@@ -3,7 +3,7 @@ every accepted task checked in the sandbox, a sample of every source audited by 
 
     uv run python benchmarks/feature_deletion.py [--sources benchmarks/feature_deletion_sources.txt]
         [--work outputs/bench/feature-deletion] [--results benchmarks/results] [--max-tasks 5] [--jobs N]
-        [--retry-failed] [--skip-redteam]
+        [--retry-failed] [--skip-redteam] [--attacks a,b,...]
 
 The build is `composer-prime env build-tasks --sources` (feature_deletion.sources: parallel within
 the cores, resumable: rerunning after a crash keeps finished sources). Per source: tests
@@ -11,6 +11,8 @@ collected and stable, functions considered, tasks accepted, rejections by reason
 (test environment, baseline, coverage, gates). Then every accepted task is scored twice by
 `score_task` in its sandbox: the untouched broken repo must score 0 and the repo with solution/
 copied in exactly 1.0. Then the red team (feature_deletion.redteam) on one task of every source.
+`--attacks` limits the red team to those attacks (default: all; the three that wait for a
+limit, fork_bomb, memory_hog and infinite_loop, cost a scoring timeout each).
 Writes <results>/feature_deletion.json and prints the README's tables.
 """
 
@@ -86,8 +88,11 @@ def main() -> None:
     rows = [source_row(out, e) for e in index["sources"]]
     red = None
     if "--skip-redteam" not in sys.argv:
-        red = summary(audit(out, n=len([r for r in rows if r["status"] == "ok"]), log=lambda m: print(m, flush=True)))
+        attacks = arg("--attacks", None)
+        red = summary(audit(out, n=len([r for r in rows if r["status"] == "ok"]), attacks=attacks.split(",") if attacks else None,
+                            log=lambda m: print(m, flush=True)))
     result = {"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0], "max_tasks": max_tasks,
+              "attacks": arg("--attacks", "all"),
               "build_wall_s": round(build_s, 1), "sources": rows, "redteam": red}
     path = Path(arg("--results", str(ROOT / "benchmarks" / "results"))) / "feature_deletion.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,10 @@ def _arena(task_dir: Path, dest: Path) -> Path:
 def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
                timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print) -> list[Outcome]:
     """Every attack in `attacks` against one task. `timeouts`: (run_tests, scoring) in seconds;
-    default: three times what the honest agent's runs took (at least 20 and 30 s)."""
+    default: from the honest agent's full scoring run S (the whole suite): max(30, 4 S) for `run_tests`,
+    whose proof runs may run the whole suite too, and max(60, 5 S) for scoring. Its own `run_tests`
+    (the task's tests only) would set a limit the whole suite cannot meet (python-dateutil: 15 to
+    18 s a run on a loaded machine), and a 0 from that timeout is not the defence's."""
     with tempfile.TemporaryDirectory(prefix="fd-redteam-") as tmp:
         arena = Path(tmp) / "set"
         tdir = _arena(task_dir, arena)
@@ -109,7 +112,8 @@ def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
             run = Run(tdir, arena, sentinel, server, limits, *(timeouts or (60.0, 120.0)))
             honest_score, took = _honest(run, planted)
             if timeouts is None:
-                run.test_timeout_s, run.score_timeout_s = max(20.0, 3 * took[0]), max(30.0, 3 * took[1])
+                suite_s = max(took)
+                run.test_timeout_s, run.score_timeout_s = max(30.0, 4 * suite_s), max(60.0, 5 * suite_s)
             name = task_dir.name
             if honest_score.reward != 1.0:
                 return [Outcome(name, "honest", honest_score.reward, None, "", False,
