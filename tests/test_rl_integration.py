@@ -96,9 +96,10 @@ def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, t
     while len(rows(metrics)) < 4 and time.time() < deadline and rl.poll() is None:
         time.sleep(0.2)
     assert len(rows(metrics)) >= 4, log_tails(run)
-    rank = subprocess.run(["pgrep", "-f", f"[-]u -m composer_prime.entrypoints.trainer @ {run}/configs/trainer.toml"],
+    # one rank: the trainer process itself is the rank (no torchrun)
+    rank = subprocess.run(["pgrep", "-f", f"[-]m composer_prime.entrypoints.trainer @ {run}/configs/trainer.toml"],
                           capture_output=True, text=True).stdout.split()
-    assert rank, "trainer rank process not found"
+    assert len(rank) == 1, f"trainer rank processes: {rank}"
     os.kill(int(rank[0]), signal.SIGKILL)
     crashed_at = time.time()
     assert rl.wait(timeout=120) == 1

@@ -85,7 +85,7 @@ def test_kill_9_of_the_launcher_takes_vllm_and_all_processes_down(tmp_path, tiny
     while not (metrics.exists() and metrics.read_text().count("\n") >= 1) and time.time() < deadline:
         assert rl.poll() is None, "rl ended early"
         time.sleep(0.5)
-    assert len(run_processes(tag)) >= 5  # rl, inference, vLLM (+ engine core), orchestrator, torchrun + rank
+    assert len(run_processes(tag)) >= 5  # rl, inference, vLLM (+ engine core), orchestrator, trainer (its one rank)
     os.kill(rl.pid, signal.SIGKILL)  # no chance to clean up: the parent-death signal must do it
     rl.wait()
     left = wait_gone(tag, 90)

@@ -1,15 +1,19 @@
-"""`uv run trainer @ trainer.toml`: validates the config, then runs the trainer under torchrun.
+"""`uv run trainer @ trainer.toml`: validates the config, then runs the trainer: one rank in this
+very process, several under torchrun.
 
-torchrun runs in this process, so signals reach it directly, and starts this same module in
-each rank (`rank_main`, told apart by torchrun's LOCAL_RANK). Its own reports stay off the
-console: a rank that fails prints its own error line, and torchrun's failure table and
-SignalException traceback (when `rl` stops the trainer) would only bury that line.
+One rank needs no launcher: this process joins a process group of one (FSDP2 and the
+all-reduces run as with more), which saves a process, its imports and a rendezvous at every
+start. For several, torchrun runs in this process, so signals reach it directly, and starts this
+same module in each rank (`rank_main`, told apart by torchrun's LOCAL_RANK). Its own reports
+stay off the console: a rank that fails prints its own error line, and torchrun's failure table
+and SignalException traceback (when `rl` stops the trainer) would only bury that line.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from composer_prime.config import TrainerConfig, load_or_exit
@@ -37,6 +41,10 @@ def rank_main(argv: list[str]) -> None:
     exit_with_parent()  # a rank dies with torchrun, also when torchrun is SIGKILLed
     setup("trainer", quiet=os.environ.get("RANK", "0") != "0")
     cfg, _ = load_or_exit(TrainerConfig, argv)
+    train(cfg)
+
+
+def train(cfg: TrainerConfig) -> None:
     pin_cpus(cfg.cpus, "trainer")
     from composer_prime.trainer.train import run
 
@@ -51,6 +59,14 @@ def main(argv: list[str] | None = None) -> None:
     if dry_run:
         return
     check_keys(cfg)
+    if cfg.nproc == 1:
+        setup("trainer")
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        # stopped (rl, Ctrl-C): the exit code torchrun gives, without a traceback from wherever training was
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
+        return train(cfg)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
