@@ -32,7 +32,7 @@ SEQUENCES = {
              lambda: ["--max_steps", "20"])],
     "distill": [("uv run python -m tool_calc.demos --out outputs/tool-calc-demos.jsonl --max-operand 99 -n 4000", list),
                 ("uv run sft --model tiny --data outputs/tool-calc-demos.jsonl --output_dir outputs/tool-calc-sft "
-                 "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "200"]),
+                 "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "120"]),
                 ("uv run rl @ configs/tool-calc-distill.toml",
                  lambda: [*small_rl(), "--max_steps", "3", "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4"])],
     "hub": [("uv run composer-prime env init my-env", list), ("uv run composer-prime env validate environments/my-env", list),
