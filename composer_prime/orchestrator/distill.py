@@ -15,14 +15,13 @@ import asyncio
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import httpx
 from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
 from composer_prime.orchestrator.batch import BatchContext, Step
-from composer_prime.orchestrator.client import InferenceClient
+from composer_prime.orchestrator.client import InferenceClient, RefusedRequest
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
 from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.orchestrator.teachers import history_before, teacher_view
@@ -80,7 +79,7 @@ class Distiller:
             if self.cfg.teacher == "inference":
                 try:
                     scores = await self.client.score(t.input_ids, t.start, self.cfg.top_k)
-                except httpx.HTTPStatusError:  # a refused context costs this site, not the run
+                except RefusedRequest:  # a refused context costs this site, not the run
                     stats.unscored += 1
                     continue
                 t.top_ids, t.top_logprobs = scores.top_ids, scores.top_logprobs
