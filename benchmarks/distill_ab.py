@@ -58,21 +58,24 @@ def run(cmd: list[str], log: Path) -> None:
             sys.exit(f"failed: {' '.join(cmd)} (log: {log})")
 
 
-def warm_start(out: Path, n_demos: int, sft_steps: int) -> Path:
-    """The shared starting point, built once and reused (delete it to rebuild)."""
-    agent = out / "agent"
+def warm_start(out: Path, n_demos: int, sft_steps: int, name: str = "agent", base: str = "tiny",
+               error_rate: float = 0.5) -> Path:
+    """The shared starting point, built once and reused (delete it to rebuild). `base`, `name` and
+    `error_rate` let replay_ab.py continue it on cleaner demonstrations into stronger teachers."""
+    agent = out / name
     if (agent / "model.safetensors").exists():
         return agent
     sys.path.insert(0, str(ROOT / "environments" / "tool-calc"))
     from tool_calc.demos import demonstrations
 
     out.mkdir(parents=True, exist_ok=True)
-    demos = out / "demos.jsonl"
-    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(n_demos, seed=0, max_operand=99)))
-    print(f"warm start: {sft_steps} SFT steps on {n_demos} tool-calc demonstrations", flush=True)
-    run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", "tiny", "--data", str(demos),
+    demos = out / f"{name}-demos.jsonl"
+    rows = demonstrations(n_demos, error_rate=error_rate, seed=0, max_operand=99)
+    demos.write_text("".join(json.dumps(d) + "\n" for d in rows))
+    print(f"{name}: {sft_steps} SFT steps from {base} on {n_demos} tool-calc demonstrations", flush=True)
+    run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", base, "--data", str(demos),
          "--output_dir", str(agent), "--max_steps", str(sft_steps), "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
-        out / "sft.log")
+        out / f"{name}-sft.log")
     return agent
 
 

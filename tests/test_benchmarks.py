@@ -30,12 +30,18 @@ SMALLEST = {
     "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
     "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--rl-flags",
                            "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
+    # every stage once: 4 SFT runs, 8 recorded steps replayed twice, a dataset, 1 step per arm. The
+    # student learns 16 demonstrations for 60 steps so that its greedy teachers (1-3 steps further)
+    # agree with each other, and its sampled steps give pairs.
+    "replay_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "60", "--demos", "16", "--teacher-steps", "1,2,3",
+                          "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--rl-flags",
+                          "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
     "feature_deletion": lambda: ["--sources", str(sources_file(FIXTURE)), "--max-tasks", "1", "--jobs", "1", "--skip-redteam"],
     # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
     "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
                        "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
 }
-SCRATCH = {"quickstart", "broadcast", "distill_ab", "vs_trl", "feature_deletion"}  # the ones that take --work
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion"}  # the ones that take --work
 
 
 def sources_file(*sources: Path) -> Path:
@@ -83,6 +89,24 @@ def test_distill_ab(tmp_path):
     for arm in out["runs"].values():
         assert [e["step"] for e in arm["0"]] == [0, 1]  # held-out at the start and after the one step
     assert set(out["summary"]["grpo+distill"]) >= {"final_tool_error_rate", "ratio_over_grpo", "target_met"}
+
+
+def test_replay_ab(tmp_path):
+    out = run("replay_ab", tmp_path)
+    assert set(out["runs"]) == {"grpo", "grpo+replay-dpo"} and list(out["teachers"]) == ["sft+1", "sft+2", "sft+3"]
+    for model in [*out["teachers"].values(), out["student"]]:  # greedy and sampled, on the held-out questions
+        assert all(0 <= model[k]["reward"] <= 1 and 0 <= model[k]["tool_error_rate"] <= 1 for k in ("greedy", "sampled"))
+    for arm in out["runs"].values():
+        assert [e["step"] for e in arm["0"]] == [0, 1]  # held-out at the start and after the one step
+    every, gated = out["replay"]["all"], out["replay"]["gated"]
+    # everyone asked everything (a group's rollouts share their first state: asked once, then cached)
+    assert every["calls"] + every["cache_hits"] == 3 * out["recorded_steps"] > 0 and every["gated_out"] == 0
+    gated_asks = gated["calls"] + gated["cache_hits"]
+    assert gated_asks <= 3 * (out["recorded_steps"] - gated["gated_out"]) and gated["tokens_in"] <= every["tokens_in"]
+    assert 0 < out["dataset_pairs"] <= every["pairs"]
+    [first] = out["dpo"]["0"]
+    # step 0: the policy is the reference the dataset was scored with, so the dpo loss is exactly ln 2
+    assert first["step"] == 0 and first["loss"] == pytest.approx(0.693147, abs=1e-4)
 
 
 def test_feature_deletion(tmp_path):

@@ -48,3 +48,17 @@ def test_no_pair_when_teachers_side_with_the_student_tie_or_are_too_few():
 
 def test_model_families():
     assert [family(m) for m in ("claude-sonnet-4-5", "openai/gpt-4o", "Qwen3-8B", None, "")] == ["claude", "gpt", "qwen", "", ""]
+
+
+def test_a_call_written_in_the_text_is_the_same_call():
+    """Our inference server as a teacher answers in the environments' text format; a recorded
+    rollout carries the call both ways. Both are one call, and the dataset writes it once."""
+    from composer_prime.traces.dataset import as_text
+
+    text = '<tool_call>{"name": "calc", "arguments": {"expr": "12 + 3"}}</tool_call>'
+    recorded = action(text, [tool_call("call_0", "calc", {"expr": "12 + 3"})])
+    assert key(action(text, [])) == key(recorded) == key(call("calc", {"expr": "12 + 3"}))
+    assert key(action(text.replace("12", "13"), [])) != key(recorded)
+    assert key(action("<tool_call>{oops", [])) == ("text", "<tool_call>{oops")  # does not parse: compared as text
+    assert as_text({"role": "assistant", **recorded})["content"] == text
+    assert as_text({"role": "assistant", "content": None, "tool_calls": recorded["tool_calls"]})["content"] == text

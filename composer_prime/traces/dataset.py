@@ -35,15 +35,18 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
+from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.utils.chat import TemplateError, suffix_ids
 
 
 def as_text(msg: dict) -> dict:
     """A message with its tool calls written into the text, the way the environments read them."""
-    calls = "".join(f'<tool_call>{json.dumps({"name": c["function"]["name"], "arguments": _args(c)})}</tool_call>'
-                    for c in msg.get("tool_calls") or [])
-    text = "\n".join(x for x in ((msg.get("content") or "") if isinstance(msg.get("content"), (str, type(None))) else
-                                 " ".join(p.get("text", "") for p in msg["content"] if isinstance(p, dict)), calls) if x)
+    content = ((msg.get("content") or "") if isinstance(msg.get("content"), (str, type(None))) else
+               " ".join(p.get("text", "") for p in msg["content"] if isinstance(p, dict)))
+    # a recorded rollout's text already holds the call it parsed into `tool_calls`: write it once
+    calls = "" if parse_tool_call(content) is not None else "".join(
+        f'<tool_call>{json.dumps({"name": c["function"]["name"], "arguments": _args(c)})}</tool_call>' for c in msg.get("tool_calls") or [])
+    text = "\n".join(x for x in (content, calls) if x)
     return {"role": msg["role"], "content": text}
 
 

@@ -5,6 +5,10 @@ Actions are compared structurally, never as raw strings:
     key(action) = ("call", ((name, canonical arguments), ...))   when it calls tools
                   ("text", normalised text)                      otherwise
 
+A call counts whether it came structured (`tool_calls`) or written in the text the way the
+environments read it (`<tool_call>{...}</tool_call>`, what our own inference server returns as
+a teacher): a recorded rollout carries both, a served checkpoint only the text.
+
 (canonical arguments: the JSON parsed and re-dumped with sorted keys; normalised text: case
 folded, whitespace collapsed). Where at least `min_agree` teachers propose the same key and it is
 not the student's, the majority action is `chosen` and the student's is `rejected`, in TRL's
@@ -19,6 +23,7 @@ import json
 import re
 from collections import defaultdict
 
+from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.traces.record import Step, assistant_message
 
 
@@ -34,6 +39,9 @@ def key(action: dict) -> tuple:
     calls = action.get("tool_calls") or []
     if calls:
         return ("call", tuple((c["function"]["name"], _canonical_args(c["function"].get("arguments", "{}"))) for c in calls))
+    written = parse_tool_call(action.get("content") or "")
+    if written is not None and written.error is None:
+        return ("call", ((written.name, json.dumps(written.arguments, sort_keys=True, ensure_ascii=False)),))
     return ("text", " ".join((action.get("content") or "").casefold().split()))
 
 
