@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_ab import ARMS, ENVS, ROOT, evals, finished, plot, run, warm_start  # noqa: E402
-from support.heldout import EVAL_SEEDS, _healthy  # noqa: E402
+from support.heldout import EVAL_SEEDS, healthy  # noqa: E402
 
 from composer_prime.utils.net import free_port  # noqa: E402
 from composer_prime.utils.proc import die_with_parent  # noqa: E402
@@ -77,7 +77,7 @@ def serving(models: dict[str, Path], work: Path):
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(signal.SIGTERM)))
         deadline = time.time() + 300
         for (name, url), proc in zip(urls.items(), procs):
-            while not _healthy(url):
+            while not healthy(url):
                 if proc.poll() is not None or time.time() > deadline:
                     sys.exit(f"the inference server for {name} did not start (log: {work / f'serve-{name}.log'})")
                 time.sleep(0.5)

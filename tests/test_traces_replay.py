@@ -66,6 +66,10 @@ def test_majority_against_the_student_gives_pairs_and_a_ledger(tmp_path, steps):
     again, summary2 = replay(cfg, tmp_path / "out", steps)  # a rerun: every answer from the cache
     assert again == pairs and summary2["calls"] == 0 and summary2["cache_hits"] == 33
     assert [s.requests for s in servers.values()] == [11, 11, 11]
+    moved, _ = teachers({"a": (FIX, 2.0, "ok", 0), "b": (FIX, 1.0, "ok", 0), "c": (OTHER, 0.1, "ok", 0)})  # new ports
+    assert [t.base_url for t in moved.teachers] != [t.base_url for t in cfg.teachers]
+    _, summary3 = replay(moved, tmp_path / "out", steps)  # the same teachers served elsewhere: still cached
+    assert summary3["calls"] == 0 and summary3["cache_hits"] == 33
 
 
 def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
@@ -91,6 +95,10 @@ def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
     assert len(paid) == 33 and max(paid.values()) == 1  # every (teacher, state) paid exactly once over both runs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cache_hits"] == before and summary["calls"] == 33 - before
+    resumed_paid = ledger(out)[before:]  # the resumed run's own lines; its summary counts them alone
+    assert summary["usd"] == pytest.approx(sum(x["usd"] for x in resumed_paid))
+    assert summary["usd_all_runs"] == pytest.approx(sum(x["usd"] for x in ledger(out)))
+    assert summary["usd_all_runs"] > summary["usd"]
     assert sum(s.requests for s in servers.values()) - 33 <= 3  # at most the calls in flight at the kill were redone
 
 

@@ -48,7 +48,7 @@ def evaluate_runs(runs: list[dict], work: Path, n_tasks: int, max_tokens: int) -
                                   stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(signal.SIGTERM))
         try:
             deadline = time.time() + 300
-            while not _healthy(url):
+            while not healthy(url):
                 if server.poll() is not None or time.time() > deadline:
                     raise SystemExit(f"the evaluator's inference server did not start (log: {work / 'evaluator.log'})")
                 time.sleep(0.5)
@@ -62,7 +62,7 @@ def evaluate_runs(runs: list[dict], work: Path, n_tasks: int, max_tokens: int) -
             server.wait(timeout=60)
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
     except httpx.HTTPError:

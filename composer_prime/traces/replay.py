@@ -44,7 +44,9 @@ class Replay:
         self.gate = gate
         (out / "cache").mkdir(parents=True, exist_ok=True)
         self.ledger = (out / "ledger.jsonl").open("a", encoding="utf-8")
+        # the budget counts every run into this directory; the summary says what this run paid too
         self.spent = sum(json.loads(ln)["usd"] for ln in (out / "ledger.jsonl").read_text().splitlines() if ln.strip())
+        self.spent_before = self.spent
         self.stats: Counter = Counter()
         self.per_teacher: dict[str, Counter] = defaultdict(Counter)
         self.per_trace: dict[str, float] = defaultdict(float)
@@ -52,7 +54,8 @@ class Replay:
         self.reserved = 0.0  # dollars of calls in flight, counted against the budget
 
     def cache_path(self, t: Teacher, step: Step) -> Path:
-        state = json.dumps([step.messages, step.tools, t.cfg.base_url, t.cfg.model, t.sampling], sort_keys=True)
+        # the teacher by name and model, not endpoint: a checkpoint served again on another port is the same teacher
+        state = json.dumps([step.messages, step.tools, t.cfg.name, t.cfg.model, t.sampling], sort_keys=True)
         return self.out / "cache" / f"{hashlib.sha256(state.encode()).hexdigest()}.json"
 
     async def answer(self, t: Teacher, step: Step) -> Answer | None:
@@ -138,7 +141,8 @@ class Replay:
         return {"states": self.stats["states"], "of": total, "pairs": len(pairs), "circular": sum(p["circular"] for p in pairs),
                 "calls": self.stats["calls"], "cache_hits": self.stats["cache_hits"], "failed_calls": self.stats["failed_calls"],
                 "gated_out": self.stats["gated_out"],
-                "usd": self.spent, "stopped_by_budget": self.stopped, "gating": self.gating,
+                "usd": self.spent - self.spent_before, "usd_all_runs": self.spent, "stopped_by_budget": self.stopped,
+                "gating": self.gating,
                 "teachers": {n: {"usd": 0.0, **c} for n, c in self.per_teacher.items()},
                 "per_trace_usd": dict(self.per_trace)}
 
@@ -177,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     summary = replay.summary(pairs, len(steps))
     (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"{summary['states']}/{len(steps)} states, {len(pairs)} pairs ({summary['circular']} circular) | "
-          f"{summary['calls']} calls, {summary['cache_hits']} cache hits, {summary['failed_calls']} failed | ${summary['usd']:.4f}")
+          f"{summary['calls']} calls, {summary['cache_hits']} cache hits, {summary['failed_calls']} failed | ${summary['usd']:.4f} "
+          f"(${summary['usd_all_runs']:.4f} over every run into {args.out})")
     for name, c in summary["teachers"].items():
         print(f"  {name}: {c.get('calls', 0)} calls, {c.get('tokens_in', 0)} in / {c.get('tokens_out', 0)} out tokens, "
               f"${c['usd']:.4f}, {c.get('failed', 0)} failed")
