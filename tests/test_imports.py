@@ -19,7 +19,8 @@ LAYERS: list[set[str]] = [
     {"transports"},
     {"config"},
     {"model"},
-    {"env_runtime", "traces"},  # running environments (the orchestrator and the hub tooling use it); agent traces
+    {"env_runtime"},  # running environments (the orchestrator and the hub tooling use it)
+    {"traces"},  # agent traces: ingest, replay, pairs, datasets (reads tool calls as the environments write them)
     {"inference", "trainer", "orchestrator"},
     {"hub"},  # `composer-prime env ...`: scaffold, validate, eval, build, publish, install
     {"entrypoints"},
