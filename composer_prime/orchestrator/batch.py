@@ -15,16 +15,19 @@ in the order of their names; collection and batch building never name one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel
-from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
-from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.transports.batches.schema import Sample
+
+if TYPE_CHECKING:  # annotations only: a config check loads this module without transformers or verifiers
+    from transformers import PreTrainedTokenizerBase
+
+    from composer_prime.orchestrator.client import InferenceClient
+    from composer_prime.orchestrator.rollouts import Rollout
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 from transformers import PreTrainedTokenizerBase
@@ -23,11 +23,13 @@ from composer_prime.config.models import OrchestratorConfig
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient, RefusedRequest
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
-from composer_prime.orchestrator.rollouts import Rollout
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.trainer.loss.distill import Teacher
 from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import TemplateError
+
+if TYPE_CHECKING:  # annotations only: a config check loads this module without verifiers
+    from composer_prime.orchestrator.rollouts import Rollout
 
 
 class DistillConfig(Strict):
