@@ -72,8 +72,6 @@ def run_ours(a: argparse.Namespace, seed: int, engine: str, async_level: int = 1
            "--orchestrator.eval.interval", "1000000000", "--orchestrator.eval.num_tasks", "1",
            "--weight_broadcast.keep_last", "1000000000", "--inference.port", str(port),
            "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
-    if len(os.sched_getaffinity(0)) >= 2:  # inference and trainer each on its own core, so they really overlap
-        cmd += ["--inference.cpus", "[0]", "--trainer.cpus", "[1]"]
     start, peak, health = run_timed(cmd, ROOT, a.budget, run / "bench.log",
                                     lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json())
     kept = []

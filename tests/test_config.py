@@ -119,6 +119,22 @@ def test_cpu_pinning_is_per_process_and_checked():
     assert os.sched_getaffinity(0) == before  # a refused pin changes nothing
 
 
+def test_rl_gives_inference_and_trainer_their_own_cores_unless_told(monkeypatch):
+    from composer_prime.config import plan as planning
+
+    monkeypatch.setattr(planning.os, "sched_getaffinity", lambda _: {2, 3, 5, 7})
+    monkeypatch.setattr(planning, "has_gpu", lambda: False)
+    cpus = lambda raw: {p.name: p.config.cpus for p in planning.plan(RLConfig.model_validate(raw))}  # noqa: E731
+    hf = {"inference": {"engine": "hf"}}
+    assert cpus(hf) == {"inference": [2, 3], "trainer": [5, 7], "orchestrator": []}
+    for raw in ({"inference": {"engine": "vllm"}},  # vLLM binds its own threads
+                {**hf, "orchestrator": {"cpus": [2]}},  # any cpus given: only what is asked
+                {**hf, "inference_replicas": 2}, {**hf, "trainer": {"nproc": 2}}):
+        assert all(c in ([], [2]) for c in cpus(raw).values()), raw
+    monkeypatch.setattr(planning, "has_gpu", lambda: True)
+    assert set(map(tuple, cpus(hf).values())) == {()}
+
+
 def test_command_line_values_are_json_then_toml_then_strings():
     tree, _, _ = parse_argv(["--orchestrator.envs", '[{id = "tool-calc", args = {num_tasks = 5}}]', "--inference.cpus", "[0]",
                              "--output_dir", "outputs/a b", "--model", "tiny"])

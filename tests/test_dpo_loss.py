@@ -42,7 +42,7 @@ def row(prompt: list[int], response: list[int], pair: str, chosen: bool, ref: fl
 
 PAIRS = [  # prompt, chosen, rejected, reference log-probs (fixed numbers: the dataset's, not the policy's)
     ([5, 9, 13], [40, 41, 42], [60, 61], -9.5, -6.0),
-    ([7, 8], [30, 31], [50, 51, 52, 53], -7.0, -12.5),
+    ([7, 8], [50, 51], [30, 31, 32, 33], -7.0, -12.5),  # rejected sorts first: shared rows reorder the pair
 ]
 
 
@@ -53,9 +53,11 @@ def batch_of(weights: list[float]) -> Batch:
     return Batch(step=0, samples=samples)
 
 
-def channel_loss_and_grads(model, batch: Batch) -> tuple[float, list[torch.Tensor]]:
-    """The trainer's path: begin, then one micro-batch per row (a pair's rows apart), objective.loss each."""
-    objective = Objective(LossConfig.model_validate({"weights": {"rl": 0.0, "dpo": 1.0}}), Context(model, "unused", 0))
+def channel_loss_and_grads(model, batch: Batch, share_cap: int | None = None) -> tuple[float, list[torch.Tensor]]:
+    """The trainer's path: begin, then one micro-batch per row (a pair's rows apart), objective.loss each.
+    `share_cap`: the pairs are scored at the step's start in shared-prefix rows (a pair shares its prompt)."""
+    objective = Objective(LossConfig.model_validate({"weights": {"rl": 0.0, "dpo": 1.0}}),
+                          Context(model, "unused", 0, share_cap))
     objective.check(batch)
     counts = Counts.of(batch)
     active = objective.active(counts)
@@ -94,8 +96,9 @@ def model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
 
 
-def test_channel_gradient_is_the_dpo_gradient(model):
-    got, g_channel = channel_loss_and_grads(model, batch_of([1.0, 1.0]))
+@pytest.mark.parametrize("share_cap", [None, 64])
+def test_channel_gradient_is_the_dpo_gradient(model, share_cap):
+    got, g_channel = channel_loss_and_grads(model, batch_of([1.0, 1.0]), share_cap)
     want, g_direct = direct_loss_and_grads(model, [0, 1])
     assert got == pytest.approx(want, rel=1e-5)
     for a, b in zip(g_channel, g_direct):

@@ -129,3 +129,31 @@ def test_the_llm_hinter_works_against_our_own_server(server, tmp_path):
 
     (first, second), hinter = asyncio.run(ask_twice())
     assert first and first == second and (hinter.calls, hinter.hits, hinter.failures) == (1, 1, 0)
+
+
+def test_a_groups_requests_go_as_one_and_each_gets_its_own_seeds_completion(server, prompt):
+    """Calls made together with one prompt and consecutive seeds are one request for n completions;
+    each caller gets exactly what its own request returns."""
+    import asyncio
+
+    from composer_prime.config.sampling import SamplingParams
+    from composer_prime.orchestrator.client import InferenceClient
+
+    tok, ids = prompt
+    other = ids[:-1]
+    calls = [(ids, 40 + i) for i in range(8)] + [(ids, 100), (other, 7)]
+
+    async def together():
+        client = InferenceClient([server], "tiny")
+        try:
+            out = await asyncio.gather(*(client.generate(p, SamplingParams(max_tokens=16, seed=s)) for p, s in calls))
+            return out, client.requests
+        finally:
+            await client.close()
+
+    got, requests = asyncio.run(together())
+    assert requests == 3  # seeds 40..47 as one, 100 alone, the other prompt alone
+    for (p, s), c in zip(calls, got):
+        alone = generate(server, p, max_tokens=16, seed=s).json()["choices"][0]
+        assert c.token_ids == alone["token_ids"] and c.logprobs == pytest.approx([x["logprob"] for x in alone["logprobs"]["content"]], abs=1e-5)  # batch-size rounding
+    assert len({tuple(c.token_ids) for c in got[:8]}) > 1  # eight seeds, not one completion eight times

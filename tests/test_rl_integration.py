@@ -15,7 +15,7 @@ from composer_prime.utils.chat import encode_chat
 
 from tests.conftest import ROOT, free_port
 
-STEPS = 30
+STEPS = 50
 
 
 def rl_args(run: Path, *extra: str) -> list[str]:
@@ -83,12 +83,12 @@ def test_three_processes_learn_on_held_out_tasks(tmp_path, tiny_model_dir):
     assert all(r["trained_tokens"] > 0 for r in trainer)
     evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
     assert evals[0]["eval_version"] == 0 and evals[-1]["eval_version"] == STEPS
-    assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + 0.03, evals  # +0.07 typical at 30 steps
+    assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + 0.05, evals  # +0.10 to +0.11 in 3 runs at 50 steps
 
 
 def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
-    args = rl_args(run, "--max_steps", "10")
+    args = rl_args(run, "--max_steps", "10", "--trainer.ckpt.interval", "2")
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", *args]
     rl = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = run / "trainer" / "metrics.jsonl"
@@ -112,7 +112,7 @@ def test_trainer_crash_stops_everything_and_resume_continues_exactly(tmp_path, t
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     steps = [r["step"] for r in rows(metrics)]
     kept = [r["step"] for r in rows(metrics) if r["time"] < crashed_at]  # rows the resumed run did not redo
-    assert kept == list(range(len(kept))) and len(kept) >= done_before - 1, (kept, done_before)
+    assert kept == list(range(len(kept))) and len(kept) % 2 == 0 and len(kept) >= done_before - 2, (kept, done_before)
     assert steps == list(range(10)), steps  # nothing repeated, nothing skipped
     assert done_before < 10
     assert (run / "report.md").exists() and (run / "reward.png").stat().st_size > 1000

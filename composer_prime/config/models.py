@@ -262,7 +262,8 @@ class LossConfig(Sections):
 class CheckpointConfig(Strict):
     """Trainer checkpoints (model, optimizer, step) under <output_dir>/checkpoints/."""
 
-    interval: int = Field(1, ge=1, description="steps between trainer checkpoints")
+    interval: int = Field(10, ge=1, description="steps between trainer checkpoints (and one after the last step); "
+                                                "a crashed run resumes from the newest and redoes the steps after it")
     keep_last: int = Field(2, ge=1, description="checkpoints kept; older ones are pruned")
 
 
@@ -273,6 +274,8 @@ class TrainerConfig(Shared, Pinned):
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on GPU, gloo on CPU")
     micro_batch_tokens: int = Field(4096, ge=1, description="tokens per micro-batch (padded), the unit of one "
                                                             "forward/backward")
+    share_prefix: bool = Field(True, description="samples sharing a prefix (a group's prompt) run it once, in one "
+                                                 "row under a 4-D mask; same logits, fewer tokens (sdpa/eager attention)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)

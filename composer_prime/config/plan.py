@@ -8,10 +8,17 @@ against the trainer's public key (`keys/trainer.ed25519.pub`). When a process li
 loopback, all three get `auth.keys_dir = <output_dir>/keys` (transports/auth.py). Planning only
 names key files: `rl` creates them when it launches (never for --dry-run), `composer-prime keys
 make` for processes started by hand.
+
+Cores: on a machine without a GPU, where no section sets `cpus`, one embedded-engine inference
+server and one trainer rank each get their own half of the cores `rl` may use (the orchestrator
+floats), so decoding and training overlap instead of taking turns: 0.52 -> 0.42 s a quickstart
+step on 2 cores. With a GPU, vLLM (it binds its own threads), more replicas or ranks, or any
+`cpus` given, nothing is pinned but what is asked.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +37,27 @@ class Process:
     config: BaseModel
 
 
+def has_gpu() -> bool:
+    """An NVIDIA device node, without importing torch (the launcher stays light)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def split_cores(cfg: RLConfig, engine: str, nproc: int) -> tuple[list[int], list[int]] | None:
+    """(inference cores, trainer cores), or None where `rl` should not pin (see the module docstring)."""
+    asked = any("cpus" in getattr(cfg, name) for name in ("inference", "orchestrator", "trainer"))
+    cores = sorted(os.sched_getaffinity(0))
+    if asked or engine != "hf" or has_gpu() or len(cores) < 2 or cfg.inference_replicas > 1 or nproc > 1:
+        return None
+    half = len(cores) // 2
+    return cores[:half], cores[half:]
+
+
 def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: tuple[int, Path] | None = None) -> list[Process]:
     inf, orch, trainer = cfg.split(provenance)
     if resume_from is not None:  # inference starts on the step the trainer continues from
         inf = inf.model_copy(update={"weight_version": resume_from[0], "weights_path": resume_from[1]})
+    if cores := split_cores(cfg, inf.engine, trainer.nproc):
+        inf, trainer = inf.model_copy(update={"cpus": cores[0]}), trainer.model_copy(update={"cpus": cores[1]})
     relays: list[RelayConfig] = []
     wb = trainer.weight_broadcast
     if not all(is_loopback(h) for h in (inf.host, zmq_host(trainer.transport.address))):

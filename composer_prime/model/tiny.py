@@ -16,12 +16,11 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
-
-from composer_prime.model.tokenizer import build_tokenizer
-from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
+if TYPE_CHECKING:  # the builder imports torch and transformers itself: finding the cached model needs neither (3 s)
+    import torch
+    from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,9 @@ def recipe_hash() -> str:
 
 
 def build_random(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Qwen3ForCausalLM:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
@@ -62,6 +64,8 @@ def build_random(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Qwen3ForC
 
 
 def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    from composer_prime.model.warm_start import encode_example, pad_batch
+
     rows = []
     for _ in range(SFT["batch_size"]):
         seq = [rng.choice(SFT["alphabet"]) for _ in range(rng.randint(SFT["min_len"], SFT["max_len"]))]
@@ -73,6 +77,10 @@ def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.
 
 def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase) -> None:
     """Answer-only cross-entropy (the trainer's `ce` channel) on the reverse-text task; stops short of mastery."""
+    import torch
+
+    from composer_prime.model.warm_start import sft_step
+
     rng = random.Random(SFT["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
     steps, warmup = SFT["steps"], SFT["warmup"]
@@ -91,6 +99,10 @@ def ensure_tiny_model() -> Path:
     if (out / "READY").exists():
         return out
     log.info(f"tiny model: building {out} (one-time, about a CPU-minute)")
+    import torch
+
+    from composer_prime.model.tokenizer import build_tokenizer
+
     torch.set_num_threads(1)
     tok = build_tokenizer()
     model = build_random(tok)

@@ -16,9 +16,9 @@ the reply's tokens, and `{pair, chosen, ref_logp}` from the dataset. Pairs longe
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from pydantic import Field
-from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
@@ -26,6 +26,9 @@ from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.traces.dataset import render
 from composer_prime.transports.batches.schema import Sample
+
+if TYPE_CHECKING:  # a config check (every `rl` start) loads this module: no transformers
+    from transformers import PreTrainedTokenizerBase
 
 
 class ReplayConfig(Strict):

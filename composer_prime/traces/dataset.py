@@ -32,11 +32,13 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.utils.chat import TemplateError, suffix_ids
+
+if TYPE_CHECKING:  # the replay step imports `render` from here at every config check: no transformers then
+    from transformers import PreTrainedTokenizerBase
 
 
 def as_text(msg: dict) -> dict:

@@ -17,6 +17,7 @@ from composer_prime.config import TrainerConfig
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
+from composer_prime.trainer.prefix import sharable
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
 from composer_prime.transports.batches.schema import Batch, SchemaError
@@ -58,14 +59,16 @@ def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> 
     return box[0]
 
 
-def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int, publisher: Publisher | None) -> None:
+def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int, publisher: Publisher | None,
+            checkpointed: int) -> None:
+    """Write and announce weights/step_N; pruning spares the newest checkpoint's step (`checkpointed`)."""
     state = full_state_dict(model)  # collective: every rank takes part
     if publisher is not None:
         root = Path(cfg.output_dir) / "weights"
         dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.weight_broadcast.dtype]
         path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings, dtype)
         publisher.publish(step, path)
-        filesystem.prune(root, cfg.weight_broadcast.keep_last)
+        filesystem.prune(root, cfg.weight_broadcast.keep_last, checkpointed)
     dist.barrier()
 
 
@@ -75,6 +78,11 @@ def make_publisher(cfg: TrainerConfig) -> Publisher:
         return ShardcastPublisher(cfg.signing_key(), Path(cfg.output_dir) / "shardcast", wb.host, wb.port, wb.shard_size,
                                   wb.keep_last, wb.delta, cfg.inference_urls)
     return FilesystemPublisher(cfg.inference_urls, auth.token(cfg.auth.keys_dir))
+
+
+def shared_row_cap(cfg: TrainerConfig, model: torch.nn.Module) -> int | None:
+    """The longest row of shared prefixes (a micro-batch's budget), or None where rows are not shared."""
+    return cfg.micro_batch_tokens if cfg.share_prefix and sharable(model) else None
 
 
 def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Objective, pad_id: int) -> dict[str, float]:
@@ -90,7 +98,8 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
         ch.begin(batch)
     channels = sorted(counts.tokens)
     t = time.time()
-    micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world)[rank]
+    share_cap = shared_row_cap(cfg, model)
+    micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world, share_cap)[rank]
     clock = {"pack_s": time.time() - t, "forward_s": 0.0, "backward_s": 0.0}  # this rank's own times
     optim.zero_grad(set_to_none=True)
     for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
@@ -99,10 +108,10 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     tokens = 0
     for samples in micro_batches:
         t = time.time()
-        mb = collate(samples, pad_id, channels, device_type())
+        mb = collate(samples, pad_id, channels, device_type(), share_cap)
         clock["pack_s"] += time.time() - t
         t = time.time()
-        logits = model(input_ids=mb.input_ids).logits[:, :-1]
+        logits = mb.logits(model)
         lp = token_logprobs(logits, mb.input_ids[:, 1:], mb.temperature)
         # One optimizer step per batch, so pi_old is the current policy, detached.
         x = LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, logits)
@@ -150,7 +159,7 @@ def run(cfg: TrainerConfig) -> None:
     torch.manual_seed(cfg.seed)
     model = shard(load_model(model_dir))
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    objective = Objective(cfg.loss, Context(model, model_dir, pad_id))
+    objective = Objective(cfg.loss, Context(model, model_dir, pad_id, shared_row_cap(cfg, model)))
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
 
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
@@ -159,7 +168,8 @@ def run(cfg: TrainerConfig) -> None:
         start, path = found
         checkpoint.load(path, model, optim, objective.modules())
         log.info(f"resumed from {path} (step {start})")
-        publish(cfg, model, model_dir, start, publisher)
+        publish(cfg, model, model_dir, start, publisher, start)
+    checkpointed = start
     sink, receiver = None, None
     if dist.get_rank() == 0:  # rows of steps the checkpoint does not contain are forgotten
         sink = MetricsLog(run, "trainer", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
@@ -183,9 +193,10 @@ def run(cfg: TrainerConfig) -> None:
         t = time.time()
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
+            checkpointed = step + 1
         handoff["ckpt_s"] = time.time() - t
         t = time.time()
-        publish(cfg, model, model_dir, step + 1, publisher)
+        publish(cfg, model, model_dir, step + 1, publisher, checkpointed)
         handoff["publish_s"] = time.time() - t  # writing weights/step_N and inference loading it (filesystem)
         losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "

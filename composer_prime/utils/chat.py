@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: a config check imports this (through the distill step) without transformers
+    from transformers import PreTrainedTokenizerBase
 
 
 def encode_chat(tok: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:

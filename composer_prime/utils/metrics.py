@@ -51,4 +51,10 @@ class MetricsLog:
 
     def close(self) -> None:
         if self.run is not None:
+            import wandb as wb
+
             self.run.finish()
+            # finish() only informs W&B's service process, which closes the run's transaction log later;
+            # teardown waits for that, so the run is whole on disk when close() returns (a process killed
+            # right after would otherwise leave a truncated offline run).
+            wb.teardown()

@@ -63,8 +63,9 @@ class Context:
     frozen initial weights (built once, sharded like the policy, shared by every channel that
     asks: the k3 reference and a frozen teacher are the same weights)."""
 
-    def __init__(self, policy: torch.nn.Module, model_dir: str, pad_id: int) -> None:
+    def __init__(self, policy: torch.nn.Module, model_dir: str, pad_id: int, share_cap: int | None = None) -> None:
         self.policy, self.model_dir, self.pad_id = policy, model_dir, pad_id
+        self.share_cap = share_cap  # the trainer's: a channel's own forwards group shared prefixes as the trainer does
         self._frozen: torch.nn.Module | None = None
 
     def frozen_initial(self) -> torch.nn.Module:

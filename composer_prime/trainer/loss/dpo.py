@@ -87,11 +87,11 @@ class DPOChannel(Channel):
         with torch.no_grad():
             for i in range(0, len(rows), self.cfg.score_batch):
                 chunk = rows[i:i + self.cfg.score_batch]
-                mb = collate(chunk, self.ctx.pad_id, ["dpo"], self.ctx.device)
-                lp = token_logprobs(policy(input_ids=mb.input_ids).logits[:, :-1], mb.input_ids[:, 1:], mb.temperature)
-                for s, seq in zip(chunk, sequence_logprobs(lp, mb.channel_weights["dpo"]).tolist()):
-                    d = s.channel_data["dpo"]
-                    self.pairs.setdefault(d["pair"], {})["w" if d["chosen"] else "l"] = (seq, d["ref_logp"])
+                mb = collate(chunk, self.ctx.pad_id, ["dpo"], self.ctx.device, self.ctx.share_cap)
+                lp = token_logprobs(mb.logits(policy), mb.input_ids[:, 1:], mb.temperature)
+                seqs = sequence_logprobs(lp, mb.channel_weights["dpo"]).tolist()
+                for row, d in mb.channel_data["dpo"]:  # the micro-batch's row order (shared rows regroup the chunk)
+                    self.pairs.setdefault(d["pair"], {})["w" if d["chosen"] else "l"] = (seqs[row], d["ref_logp"])
         for p in self.pairs.values():
             (pi_w, ref_w), (pi_l, ref_l) = p["w"], p["l"]
             margin = (pi_w - ref_w) - (pi_l - ref_l)

@@ -122,7 +122,7 @@ class RLChannel(Channel):
     def prepare(self, mb, x: LossInputs) -> torch.Tensor | None:
         if self.ref is None:
             return None
-        return token_logprobs(self.ref(input_ids=mb.input_ids).logits[:, :-1], mb.input_ids[:, 1:], mb.temperature)
+        return token_logprobs(mb.logits(self.ref), mb.input_ids[:, 1:], mb.temperature)
 
     def loss(self, x: LossInputs, w: torch.Tensor, ref_logprobs: torch.Tensor | None):
         return rl_loss(x.logprobs, x.old_logprobs, x.sampling_logprobs, x.advantages, w, self.cfg, ref_logprobs)

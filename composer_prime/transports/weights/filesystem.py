@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -48,17 +49,30 @@ def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model
     return out
 
 
-def prune(root: Path, keep_last: int) -> None:
+def prune(root: Path, keep_last: int, protect: int | None = None) -> None:
+    """Keep the newest `keep_last` steps and `protect` (the newest checkpoint's: a resumed run's inference starts there)."""
     stable = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / MARKER).exists())
     for s in stable[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(step_dir(root, s), ignore_errors=True)
+        if s != protect:
+            shutil.rmtree(step_dir(root, s), ignore_errors=True)
 
 
-def notify_inference(urls: list[str], path: Path, version: int, token: str | None = None, timeout_s: float = 120.0) -> None:
-    """Ask every inference server to load `path` as `version`; raise if any refuses."""
+def notify_inference(urls: list[str], path: Path, version: int, token: str | None = None, timeout_s: float = 120.0,
+                     startup_s: float = 300.0) -> None:
+    """Ask every inference server to load `path` as `version`; raise if any refuses. A server not yet
+    listening is waited for up to `startup_s`: launched together, a resumed trainer publishes its
+    checkpoint's weights before a server has finished loading the model."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     for url in urls:
-        r = httpx.post(f"{url}/update_weights", json={"path": str(path.resolve()), "version": version}, headers=headers,
-                       timeout=timeout_s)
+        deadline = time.time() + startup_s
+        while True:
+            try:
+                r = httpx.post(f"{url}/update_weights", json={"path": str(path.resolve()), "version": version},
+                               headers=headers, timeout=timeout_s)
+                break
+            except httpx.ConnectError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"{url} did not answer for {startup_s:.0f}s: cannot hand it weights step {version}") from None
+                time.sleep(0.5)
         if r.status_code != 200:
             raise RuntimeError(f"{url} refused weights step {version}: {r.status_code} {r.text[:200]}")
