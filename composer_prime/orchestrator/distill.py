@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only: a config check (every `rl` start) loads t
     from transformers import PreTrainedTokenizerBase  # transformers or torch (about 3 s)
 
     from composer_prime.orchestrator.rollouts import Rollout
-    from composer_prime.trainer.loss.distill import Teacher
+    from composer_prime.trainer.loss.distill_teacher import Teacher
 
 
 class DistillConfig(Strict):
