@@ -28,14 +28,17 @@ def main(argv: list[str] | None = None) -> None:
         auth.refuse(f"transport.address = {host} is beyond loopback, where batches travel only encrypted (CURVE); {auth.HOW}")
     pin_cpus(cfg.cpus, "orchestrator")
     from composer_prime.env_runtime.tasksets import EnvError
+    from composer_prime.orchestrator.client import InferenceUnreachable
     from composer_prime.orchestrator.orchestrator import Orchestrator
 
+    # An environment missing, misconfigured or failing in its own code, or inference gone: one line,
+    # no traceback (batches sent so far are the trainer's; `rl --resume` continues the run).
     try:
         orchestrator = Orchestrator(cfg, keys)
-    except EnvError as e:  # an environment missing, misconfigured or failing in its own code: one line, no traceback
+        asyncio.run(orchestrator.run_loop())
+    except (EnvError, InferenceUnreachable) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    asyncio.run(orchestrator.run_loop())
 
 
 if __name__ == "__main__":

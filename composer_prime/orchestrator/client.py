@@ -11,6 +11,14 @@ seeds. `generate` calls made in the same turn of the event loop with the same pr
 parameters are sent as one request for n completions (the server's choice i samples with
 seed + i, so each caller gets exactly what its own request would have). On the quickstart
 that is 16 requests a step instead of 128.
+
+Kept-alive connections: a server closes one that sat idle past its keep-alive timeout (uvicorn,
+hence vLLM and our server: 5 s), and a request sent on it as it closes fails with "Server
+disconnected" although the server is fine (seen once in a 100-step vLLM-CPU quickstart, where a
+weight reload leaves connections idle). So the pool drops connections idle for 3 s, before any
+such server would, and a request whose connection drops is sent again (twice at most: a seeded
+request gets the same answer, an unseeded one a fresh sample). A server still unreachable after
+that is `InferenceUnreachable`: the orchestrator stops with one line.
 """
 
 from __future__ import annotations
@@ -39,6 +47,14 @@ class RefusedRequest(ValueError):
     """The server answered 4xx: this request is wrong (too long a context, a bad argument)."""
 
 
+class InferenceUnreachable(RuntimeError):
+    """No inference server answers (refused, or dropped the connection on every attempt)."""
+
+
+KEEPALIVE_S = 3.0  # below uvicorn's 5 s: the pool never reuses a connection the server may be closing
+RETRY_DELAYS_S = (0.2, 1.0)  # after a dropped or refused connection; then the error stands
+
+
 class InferenceClient:
     def __init__(self, urls: list[str], model: str, timeout_s: float = 300.0) -> None:
         self.urls, self.model, self.timeout_s = urls, model, timeout_s
@@ -48,15 +64,26 @@ class InferenceClient:
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self.requests = 0  # generate requests sent (after coalescing)
 
-    async def _post(self, route: str, body: dict, url: str | None = None) -> dict[str, Any]:
-        if self._session is None:
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:  # limit=0: the whole batch at once
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                                                  connector=aiohttp.TCPConnector(limit=0))  # the whole batch at once
-        async with self._session.post(f"{url or next(self._next)}{route}", json=body) as r:
-            if 400 <= r.status < 500:
-                raise RefusedRequest(f"{route}: {r.status} {await r.text()}")
-            r.raise_for_status()
-            return await r.json()
+                                                  connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+        return self._session
+
+    async def _post(self, route: str, body: dict, url: str | None = None) -> dict[str, Any]:
+        url, delays = url or next(self._next), list(RETRY_DELAYS_S)
+        while True:
+            try:
+                async with self._http().post(f"{url}{route}", json=body) as r:
+                    if 400 <= r.status < 500:
+                        raise RefusedRequest(f"{route}: {r.status} {await r.text()}")
+                    r.raise_for_status()
+                    return await r.json()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:  # dropped or refused connection
+                if not delays:
+                    raise InferenceUnreachable(f"inference at {url} is unreachable: {route} failed "
+                                               f"{len(RETRY_DELAYS_S) + 1} times ({e!r})") from None
+                await asyncio.sleep(delays.pop(0))
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         key = (tuple(prompt_ids), sampling.model_copy(update={"seed": None}))
@@ -108,12 +135,9 @@ class InferenceClient:
                                                                  "temperature": temperature}))
 
     async def versions(self) -> list[int]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                                                  connector=aiohttp.TCPConnector(limit=0))
         out = []
         for url in self.urls:
-            async with self._session.get(f"{url}/health") as r:
+            async with self._http().get(f"{url}/health") as r:
                 r.raise_for_status()
                 out.append(int((await r.json())["weight_version"]))
         return out

@@ -186,6 +186,12 @@ class Orchestrator:
         return self.restart
 
     async def run_loop(self) -> None:
+        try:
+            await self._loop()
+        finally:  # also when inference is gone: the session closes before the process reports it
+            await self.client.close()
+
+    async def _loop(self) -> None:
         cfg = self.cfg
         log.info(f"waiting for inference at {cfg.inference_urls}")
         await self.client.wait_ready()
@@ -248,4 +254,3 @@ class Orchestrator:
             self.traces.close()
         for run_step in self.steps.values():
             await run_step.close()
-        await self.client.close()
