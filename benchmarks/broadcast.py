@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import os
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from composer_prime.transports.weights.shardcast import Downloader, Origin, load_or_create_key, public_hex  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
+from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 
 SHARD = 50_000_000  # SHARDCAST's default shard size, for both systems
 
@@ -225,11 +225,6 @@ def delta_bytes(work: Path, last: int) -> list[dict]:
                     rows.append({"dtype": str(dtype).split(".")[1], "step": s, "full_bytes": m.total_size,
                                  "delta_bytes": m.delta.size, "ratio": round(m.total_size / m.delta.size, 2)})
     return rows
-
-
-def spread(times: list[float]) -> dict:
-    return {"median": round(statistics.median(times), 3), "min": round(min(times), 3), "max": round(max(times), 3),
-            "runs": [round(t, 3) for t in times]}
 
 
 def time_size(work: Path, mb: int, clients: int, repeats: int) -> dict:

@@ -25,7 +25,7 @@ def ports() -> list[str]:
 
 # per benchmark: its smallest settings (each also gets --results and, where it has scratch files, --work)
 SMALLEST = {
-    "quickstart": lambda: ["--engines", "hf", "--max_steps", "1", "--orchestrator.batch_size", "16",
+    "quickstart": lambda: ["--engines", "hf", "--repeats", "1", "--max_steps", "1", "--orchestrator.batch_size", "16",
                            "--orchestrator.eval.num_tasks", "2", *ports()],
     "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
     "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--rl-flags",
@@ -68,8 +68,11 @@ def test_every_benchmark_is_run_here():
 
 
 def test_quickstart(tmp_path):
-    [hf] = run("quickstart", tmp_path)["runs"]
+    out = run("quickstart", tmp_path)
+    [hf] = out["runs"]
     assert (hf["engine"], hf["steps"], hf["rollouts"]) == ("hf", 1, 16)
+    assert out["summary"]["hf"]["rollouts_per_s"] == {"median": round(hf["rollouts_per_s"], 3), "min": round(hf["rollouts_per_s"], 3),
+                                                      "max": round(hf["rollouts_per_s"], 3), "runs": [round(hf["rollouts_per_s"], 3)]}
 
 
 def test_broadcast(tmp_path):
