@@ -10,6 +10,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped with that reason."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs CUDA (a gpu test), and torch sees no CUDA device here"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The project's tiny default model (built once, then cached by content hash)."""

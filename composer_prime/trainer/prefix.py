@@ -8,7 +8,7 @@ prefix followed by each sample's own continuation:
 
 and a 4-D attention mask lets every token of c_i attend to P and to the earlier tokens of c_i
 only, with position ids restarting at len(P) for each c_i. Every position of every sample then
-has exactly the logits it has when that sample runs alone (`tests/test_prefix.py` pins it),
+has exactly the logits it has when that sample runs alone (`tests/unit/trainer/test_prefix.py` pins it),
 so losses, gradients and every channel are unchanged, while the row costs
 len(P) + sum_i len(c_i) tokens instead of k len(P) + sum_i len(c_i). On the quickstart
 (16 prompts of 36 tokens, 8 completions of at most 16 each) that is about 3x fewer tokens.

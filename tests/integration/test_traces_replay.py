@@ -1,4 +1,4 @@
-"""`traces replay` against three local teacher servers over HTTP (tests/teacher_standin.py, a
+"""`traces replay` against three local teacher servers over HTTP (tests/support/teacher_standin.py, a
 stand-in for hosted APIs speaking OpenAI's chat protocol): pairs where teachers outvote the
 student, the cache (a replay killed mid-run and resumed repeats no paid call), the budget cap,
 tiered gating's savings, and teachers that time out or answer garbage (retried, counted, never fatal)."""
@@ -19,7 +19,7 @@ from composer_prime.traces.record import read_steps, write_steps
 from composer_prime.traces.replay import Replay
 from composer_prime.traces.teachers import TeachersFile, load_teachers
 from tests.conftest import ROOT, free_port
-from tests.teacher_standin import TeacherStandin, serve_in_thread
+from tests.support.teacher_standin import TeacherStandin, serve_in_thread
 
 FIX, OTHER = {"content": "FIX"}, {"content": "something else"}
 

@@ -3,19 +3,12 @@ import json
 import threading
 import time
 
-import msgpack
 import pytest
 
-from composer_prime.transports.batches.schema import Batch, Sample, SchemaError, decode, encode
 from composer_prime.transports.batches.zmq import BatchReceiver, BatchSender
 from composer_prime.transports.weights import filesystem
 from tests.conftest import free_port
-
-
-def make_batch(step: int = 3) -> Batch:
-    s = Sample(input_ids=[1, 2, 3], sampling_logprobs=[0.0, -0.25, -1.5], advantages=[0.0, 0.75, 0.75],
-               channel_weights={"rl": [0.0, 1.0, 1.0]}, temperature=0.7, policy_version=2)
-    return Batch(step=step, samples=[s, s])
+from tests.support.batches import make_batch
 
 
 def test_zmq_round_trip_is_exact():
@@ -31,26 +24,12 @@ def test_zmq_round_trip_is_exact():
     assert got.channel_token_counts() == {"rl": 4}
 
 
+
 def test_receiver_times_out_with_none():
     receiver = BatchReceiver(f"tcp://127.0.0.1:{free_port()}")
     assert receiver.recv(timeout_s=0.05) is None
     receiver.close()
 
-
-def test_wrong_schema_version_and_garbage_are_rejected():
-    payload = msgpack.unpackb(encode(make_batch()))
-    payload["schema"] = 999
-    with pytest.raises(SchemaError, match="schema 999"):
-        decode(msgpack.packb(payload))
-    with pytest.raises(SchemaError):
-        decode(b"\x00not msgpack at all")
-    with pytest.raises(SchemaError, match="not a training batch"):
-        decode(msgpack.packb({"type": "hello"}))
-
-
-def test_misaligned_sample_is_rejected():
-    with pytest.raises(SchemaError, match="advantages has 2 entries for 3 tokens"):
-        Sample(input_ids=[1, 2, 3], sampling_logprobs=[0, 0, 0], advantages=[0, 0], channel_weights={})
 
 
 def test_a_taken_address_is_a_clear_error():
@@ -61,12 +40,14 @@ def test_a_taken_address_is_a_clear_error():
     first.close()
 
 
+
 def test_free_ports_are_distinct_and_below_the_ephemeral_range():
     from composer_prime.utils.net import _ephemeral_low
 
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == 50  # never the same port twice in one process, even before anyone binds it
     assert max(ports) < _ephemeral_low()  # outgoing connections take their source ports from that range
+
 
 
 def _late_server(port: int, delay_s: float, seen: list) -> threading.Thread:
@@ -90,6 +71,7 @@ def _late_server(port: int, delay_s: float, seen: list) -> threading.Thread:
     return t
 
 
+
 def test_weights_wait_for_a_server_still_starting(tmp_path):
     # A resumed trainer publishes its checkpoint's weights at once; the server comes up 1.5 s later.
     port, seen = free_port(), []
@@ -97,6 +79,7 @@ def test_weights_wait_for_a_server_still_starting(tmp_path):
     filesystem.notify_inference([f"http://127.0.0.1:{port}"], tmp_path, 7, startup_s=30)
     t.join(timeout=5)
     assert seen == [{"path": str(tmp_path.resolve()), "version": 7}]
+
 
 
 def test_a_server_that_never_comes_up_is_a_clear_error(tmp_path):

@@ -1,6 +1,6 @@
 """Bad input about environments, tried as a new user would: the real command as a subprocess
 must exit 2 with one line on stderr naming the environment (and the argument), no traceback,
-and nothing written. (The rows of the other commands are in tests/test_bad_input.py.)"""
+and nothing written. (The rows of the other commands are in tests/integration/test_bad_input.py.)"""
 
 import subprocess
 import sys

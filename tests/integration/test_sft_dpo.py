@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from composer_prime.traces.dataset import pair_logps
 from composer_prime.trainer.loss.dpo import dpo_loss
 from tests.conftest import ROOT
-from tests.replay_support import reverse_text_dataset
+from tests.support.replay_support import reverse_text_dataset
 
 
 def held_out_loss_and_accuracy(model_dir, rows) -> tuple[float, float]:

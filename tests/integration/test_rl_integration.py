@@ -1,36 +1,17 @@
 """The real three processes on CPU: each started alone from the configs `rl --dry-run` writes."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 from transformers import AutoTokenizer
 
 from composer_prime.utils.chat import encode_chat
-
-from tests.conftest import ROOT, free_port
-
-STEPS = 50
-
-
-def rl_args(run: Path, *extra: str) -> list[str]:
-    return ["@", "configs/quickstart.toml", "--inference.engine", "hf", "--output_dir", str(run), "--max_steps", str(STEPS),
-            "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
-            "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96", *extra]
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
-
-
-def log_tails(run: Path) -> str:
-    """What each process said last: the message of a failed assertion on a run started with its output hidden."""
-    return "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted((run / "logs").glob("*.log")))
+from tests.conftest import ROOT
+from tests.support.rl_runs import STEPS, log_tails, rl_args, rows
 
 
 def probe(url: str, ids: list[int]) -> tuple[list[int], list[float]]:

@@ -19,8 +19,8 @@ import httpx
 import psutil
 
 from tests.conftest import ROOT, free_port
-from tests.test_rl_integration import log_tails, rl_args, rows
-from tests.wandb_records import history, runs
+from tests.support.rl_runs import log_tails, rl_args, rows
+from tests.support.wandb_records import history, runs
 
 STEPS = 10
 

@@ -15,7 +15,7 @@ from composer_prime.transports.weights.shardcast.manifest import Manifest, sign
 from composer_prime.transports.weights.shardcast.store import parse_distribution
 
 from tests.conftest import free_port
-from tests.shardcast_helpers import SHARD, downloader, fetch, make_step, origin, relays, same_files  # noqa: F401
+from tests.support.shardcast_helpers import SHARD, downloader, fetch, make_step, origin, relays, same_files  # noqa: F401
 
 
 # ---------------------------------------------------------------- layout and signature

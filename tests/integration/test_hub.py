@@ -27,7 +27,7 @@ def hub(tmp_path_factory):
     data = tmp_path_factory.mktemp("hub-data")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([sys.executable, "-m", "tests.hub_standin", "--port", str(port),
+    proc = start_until_ready([sys.executable, "-m", "tests.support.hub_standin", "--port", str(port),
                               "--data", str(data), "--api-key", KEY], lambda: httpx.get(f"{url}/_standin/health").json()["standin"],
                              timeout_s=60)
     yield SimpleNamespace(url=url, data=data, home=tmp_path_factory.mktemp("home"))

@@ -11,24 +11,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.orchestrator.client import Completion
-from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats, distill_only, with_teachers
-from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.env_runtime.error_sites import ErrorSite
-from composer_prime.orchestrator.rollouts import rollout
+from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.env_runtime.tool_calls import parse_tool_call
+from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats, distill_only, with_teachers
+from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.utils.chat import encode_chat
-
-
-class ScriptedPolicy:
-    def __init__(self, tok, replies: list[str]) -> None:
-        self.tok, self.replies, self.prompts = tok, list(replies), []
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
-        self.prompts.append(list(prompt_ids))
-        ids = self.tok.encode(self.replies.pop(0), add_special_tokens=False) + [self.tok.eos_token_id]
-        cut = ids[: params.max_tokens]  # like an engine: the budget caps the reply
-        return Completion(cut, [-0.5] * len(cut), "stop" if cut == ids else "length", 7 - len(self.prompts))
+from tests.support.scripted import RIGHT, WRONG, ScriptedPolicy
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +37,6 @@ def run(tok, task, replies, max_turns=8, seq_len=512):
     return r, policy
 
 
-WRONG = '<tool_call>{"name": "calculator", "arguments": {"expr": "874 + 786"}}</tool_call>'
-RIGHT = '<tool_call>{"name": "calc", "arguments": {"expr": "874 + 786"}}</tool_call>'
 
 
 def test_conversation_tokens_are_the_template_rendering_and_only_model_tokens_train(tok, task):

@@ -5,7 +5,7 @@ It speaks the routes and JSON shapes the `prime` CLI (0.18.0) uses for `env push
 `PRIME_BASE_URL=http://127.0.0.1:PORT`. What the real hub does beyond what the CLI reveals
 (status codes of refusals, extra fields) is a documented guess: see docs/hub.md.
 
-    python -m tests.hub_standin --port P --data DIR --api-key K [--user local]
+    python -m tests.support.hub_standin --port P --data DIR --api-key K [--user local]
 
 Writes need `Authorization: Bearer K` (401 otherwise); reads are anonymous except for private
 environments; a bad key is 401 everywhere. Upload URLs point back here (`/_standin/uploads/...`)

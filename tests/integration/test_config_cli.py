@@ -5,33 +5,19 @@ from pathlib import Path
 
 import pytest
 
-from composer_prime.config import InferenceConfig, OrchestratorConfig, RLConfig, TrainerConfig
+from composer_prime.config import (
+    InferenceConfig,
+    OrchestratorConfig,
+    TrainerConfig,
+)
 from composer_prime.config.loader import parse_argv, validate
 from tests.conftest import ROOT
-
-CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
-
-
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_every_shipped_config_resolves(path):
-    tree, prov, _ = parse_argv(["@", str(path)])
-    validate(RLConfig, tree, prov).split(prov)
-
-
-def test_files_compose_and_flags_override(tmp_path):
-    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
-    a.write_text("max_steps = 3\n[trainer.optim]\nlr = 1e-3\nmax_norm = 2.0\n")
-    b.write_text("[trainer.optim]\nlr = 5e-4\n")
-    tree, prov, dry = parse_argv(["@", str(a), "@", str(b), "--trainer.optim.max-norm", "0.5", "--dry-run"])
-    inf, orch, trainer = validate(RLConfig, tree, prov).split(prov)
-    assert trainer.optim.lr == 5e-4 and trainer.optim.max_norm == 0.5 and dry
-    assert trainer.max_steps == orch.max_steps == inf.max_steps == 3  # shared keys filled in
-    assert trainer.transport.address == orch.transport.address
 
 
 def run_rl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -54,6 +40,7 @@ def test_bad_input_is_one_line_and_exit_code_2(args, expected):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+
 def test_error_names_the_file(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[orchestrator]\ngroup_size = 'eight'\n")
@@ -63,6 +50,7 @@ def test_error_names_the_file(tmp_path):
     broken.write_text("max_steps = = 3\n")
     r = run_rl("@", str(broken), "--dry-run")
     assert r.returncode == 2 and "invalid TOML" in r.stderr
+
 
 
 def test_dry_run_writes_configs_each_process_loads_alone(tmp_path):
@@ -76,6 +64,7 @@ def test_dry_run_writes_configs_each_process_loads_alone(tmp_path):
         assert tomllib.loads((out / "configs" / f"{name}.toml").read_text())["model"] == "tiny"
 
 
+
 def test_shardcast_inference_without_the_trainer_key_is_refused(tmp_path):
     bad = tmp_path / "inference.toml"
     bad.write_text('[weight_broadcast]\ntype = "shardcast"\nservers = ["http://127.0.0.1:8200"]\n')
@@ -83,6 +72,7 @@ def test_shardcast_inference_without_the_trainer_key_is_refused(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "shardcast needs `servers` and the trainer's `public_key`" in r.stderr
+
 
 
 def test_shardcast_overlay_plans_relays_replicas_and_one_key(tmp_path):
@@ -100,43 +90,3 @@ def test_shardcast_overlay_plans_relays_replicas_and_one_key(tmp_path):
     assert cfgs["trainer"]["weight_broadcast"]["key_path"] == str(out / "keys" / "trainer.ed25519")
     assert not (out / "keys").exists()  # --dry-run creates no key
     assert cfgs["trainer"]["weight_broadcast"]["type"] == "shardcast"
-
-
-def test_cpu_pinning_is_per_process_and_checked():
-    import os
-
-    from composer_prime.config import RLConfig
-    from composer_prime.config.plan import plan
-    from composer_prime.utils.proc import pin_cpus
-
-    procs = {p.name: p.config for p in plan(RLConfig.model_validate({"inference": {"cpus": [0]}, "trainer": {"cpus": [1]}}))}
-    assert procs["inference"].cpus == [0] and procs["trainer"].cpus == [1] and procs["orchestrator"].cpus == []
-    with pytest.raises(ValueError, match="greater than or equal to 0"):
-        TrainerConfig.model_validate({"cpus": [-1]})
-    before = os.sched_getaffinity(0)
-    with pytest.raises(SystemExit, match=r"trainer: cpus \[4096\] are not available"):
-        pin_cpus([4096], "trainer")
-    assert os.sched_getaffinity(0) == before  # a refused pin changes nothing
-
-
-def test_rl_gives_inference_and_trainer_their_own_cores_unless_told(monkeypatch):
-    from composer_prime.config import plan as planning
-
-    monkeypatch.setattr(planning.os, "sched_getaffinity", lambda _: {2, 3, 5, 7})
-    monkeypatch.setattr(planning, "has_gpu", lambda: False)
-    cpus = lambda raw: {p.name: p.config.cpus for p in planning.plan(RLConfig.model_validate(raw))}  # noqa: E731
-    hf = {"inference": {"engine": "hf"}}
-    assert cpus(hf) == {"inference": [2, 3], "trainer": [5, 7], "orchestrator": []}
-    for raw in ({"inference": {"engine": "vllm"}},  # vLLM binds its own threads
-                {**hf, "orchestrator": {"cpus": [2]}},  # any cpus given: only what is asked
-                {**hf, "inference_replicas": 2}, {**hf, "trainer": {"nproc": 2}}):
-        assert all(c in ([], [2]) for c in cpus(raw).values()), raw
-    monkeypatch.setattr(planning, "has_gpu", lambda: True)
-    assert set(map(tuple, cpus(hf).values())) == {()}
-
-
-def test_command_line_values_are_json_then_toml_then_strings():
-    tree, _, _ = parse_argv(["--orchestrator.envs", '[{id = "tool-calc", args = {num_tasks = 5}}]', "--inference.cpus", "[0]",
-                             "--output_dir", "outputs/a b", "--model", "tiny"])
-    assert tree["orchestrator"]["envs"] == [{"id": "tool-calc", "args": {"num_tasks": 5}}]
-    assert tree["inference"]["cpus"] == [0] and tree["output_dir"] == "outputs/a b" and tree["model"] == "tiny"

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, free_port
-from tests.replay_support import reverse_text_dataset
+from tests.support.replay_support import reverse_text_dataset
 
 
 def rows(path):

@@ -14,7 +14,7 @@ from tests.conftest import ROOT, free_port
 def run(nproc: int, model_dir, out, loss: dict | None = None) -> tuple[dict, dict]:
     out.mkdir()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-                    f"--master-port={free_port()}", "tests/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})],
+                    f"--master-port={free_port()}", "tests/support/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})],
                    cwd=ROOT, check=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
                                                             **{k: v for k, v in __import__("os").environ.items()}})
     return json.loads((out / "metrics.json").read_text()), load_file(str(out / "weights.safetensors"))

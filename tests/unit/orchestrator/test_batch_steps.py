@@ -5,14 +5,11 @@ seam; the tokenizer, environment, tool sessions, hints and teacher views are the
 import asyncio
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from composer_prime.config import OrchestratorConfig
-from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.orchestrator import Collected, Orchestrator
 from composer_prime.orchestrator.rollouts import Rollout, rollout
-from composer_prime.transports.batches.schema import Sample
-from tests.test_multiturn import RIGHT, WRONG, ScriptedPolicy
+from tests.support.scripted import RIGHT, WRONG, ScriptedPolicy
 
 FORMAT = "The answer is 1660"  # a format error site (tool-calc's own rule)
 
@@ -63,27 +60,8 @@ def test_an_empty_batch_records_why(tiny_model_dir):
     assert len(batch.samples) == 2 and (info["empty_batch"], info["truncated"]) == (1, 2)
 
 
-class PairConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pairs: int = 1
-
-
-class PairStep(Step):
-    """A stand-in for the next channel (dpo from trace replay), defined outside the package:
-    adds whole samples with its own weights and data, configured by its own section."""
-
-    name = "pairs"
-    Config = PairConfig
-
-    async def __call__(self, batch: BatchContext) -> dict[str, float]:
-        for k in range(self.section.pairs):
-            batch.add(Sample([1, 2, 3, 4], [0.0] * 4, [0.0] * 4, {"dpo": [0.0, 0.0, 1.0, 1.0]},
-                             channel_data={"dpo": {"pair": k}}))
-        return {"added": self.section.pairs}
-
-
 def test_a_step_from_outside_the_package_adds_whole_samples_and_its_metrics(tiny_model_dir):
-    o = orchestrator(tiny_model_dir, plugins=["tests.test_batch_steps:PairStep"], pairs={"pairs": 2})
+    o = orchestrator(tiny_model_dir, plugins=["tests.plugins.pair_step:PairStep"], pairs={"pairs": 2})
     assert list(o.steps) == ["pairs"]  # distill is registered too, and off
     r = scripted(o, [RIGHT, "1660"])
     batch, info = asyncio.run(o.build(0, Collected(groups=[([r, r], [1.0, 0.0])], seen={"tool-calc": [r, r]})))
@@ -91,6 +69,6 @@ def test_a_step_from_outside_the_package_adds_whole_samples_and_its_metrics(tiny
     assert [s.channel_data for s in batch.samples[2:]] == [{"dpo": {"pair": 0}}, {"dpo": {"pair": 1}}]
     assert info["pairs/added"] == 2
     with pytest.raises(ValueError, match="pairs.pairs"):  # its section is checked by its own Config
-        orchestrator(tiny_model_dir, plugins=["tests.test_batch_steps:PairStep"], pairs={"pairs": "two"})
+        orchestrator(tiny_model_dir, plugins=["tests.plugins.pair_step:PairStep"], pairs={"pairs": "two"})
     with pytest.raises(ValueError, match="pair\n  Extra inputs are not permitted"):  # a key no step claims
         orchestrator(tiny_model_dir, pair={"pairs": 2})

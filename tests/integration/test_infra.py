@@ -1,7 +1,7 @@
 """infra/ files can't be deployed here (no Docker daemon, Kubernetes or SLURM); these tests check
 that every command they run names one of our entrypoints and resolves its config, and that the
 Kubernetes and SLURM files run the image infra/docker/Dockerfile builds (its install line is
-dry-run in tests/test_install.py)."""
+dry-run in tests/integration/test_install.py)."""
 
 import os
 import re

@@ -4,7 +4,7 @@ with its own scripted action and real-looking `usage`, and can misbehave like a 
 answer slowly (past a client's timeout), answer garbage (not JSON), or fail its first requests.
 It counts every request it received, so a test can prove a call was or was not made.
 
-    python -m tests.teacher_standin --port 8301 --reply '{"content": "FIX"}' [--delay 0.2] [--mode ok|slow|garbage|flaky]
+    python -m tests.support.teacher_standin --port 8301 --reply '{"content": "FIX"}' [--delay 0.2] [--mode ok|slow|garbage|flaky]
 """
 
 from __future__ import annotations

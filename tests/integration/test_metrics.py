@@ -3,7 +3,7 @@
 import json
 
 from composer_prime.utils.metrics import MetricsLog
-from tests.wandb_records import history, runs
+from tests.support.wandb_records import history, runs
 
 WANDB = {"mode": "offline", "project": "composer-prime-test", "entity": None, "name": "t", "dir": None}
 

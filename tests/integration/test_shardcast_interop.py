@@ -14,7 +14,7 @@ from composer_prime.transports.weights.shardcast import Origin
 from composer_prime.transports.weights.shardcast.payload import file_blake3
 
 from tests.conftest import free_port
-from tests.shardcast_helpers import downloader, make_step, origin, same_files  # noqa: F401
+from tests.support.shardcast_helpers import downloader, make_step, origin, same_files  # noqa: F401
 
 
 @contextlib.contextmanager

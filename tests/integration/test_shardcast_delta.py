@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tests.shardcast_helpers import downloader, make_step, origin, relays, same_files  # noqa: F401
+from tests.support.shardcast_helpers import downloader, make_step, origin, relays, same_files  # noqa: F401
 
 
 def consecutive_steps(root: Path, dtype: torch.dtype) -> tuple[Path, Path]:

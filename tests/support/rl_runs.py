@@ -1,0 +1,23 @@
+"""Helpers for tests that run `rl`: the quickstart's arguments at test size, metrics rows, and each process's last words."""
+
+import json
+from pathlib import Path
+
+from tests.conftest import free_port
+
+STEPS = 50
+
+
+def rl_args(run: Path, *extra: str) -> list[str]:
+    return ["@", "configs/quickstart.toml", "--inference.engine", "hf", "--output_dir", str(run), "--max_steps", str(STEPS),
+            "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
+            "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96", *extra]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def log_tails(run: Path) -> str:
+    """What each process said last: the message of a failed assertion on a run started with its output hidden."""
+    return "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted((run / "logs").glob("*.log")))
