@@ -4,8 +4,11 @@ There is no official schema; what this reads is what the public parsers (claude-
 ccusage) document and what real sessions contain:
 
 - Entries form a tree through `uuid` / `parentUuid` (an edit or a resume starts a branch). Only
-  the branch ending at the session's leaf (the last entry written) is the session; entries on
-  abandoned branches are counted and left out.
+  the branch ending at the session's leaf is the session; entries on abandoned branches are
+  counted and left out. The leaf is the last user or assistant message written, or the message
+  a `summary` written after it names by `leafUuid` (a `leafUuid` naming nothing in the file is
+  ignored): records of other types after the last message (a hook's, an unknown type's, with or
+  without a parent) never are the leaf, or one of them would make the whole session abandoned.
 - One API response is written as several lines, one content block each, sharing `message.id`:
   they are merged into one step.
 - `isSidechain` entries (a sub-agent's work inside the main file) are skipped unless kept.
@@ -29,6 +32,7 @@ from composer_prime.traces.record import Step, action, assistant_message, tool_c
 
 TESTED = ((1, 0), (2, 1))  # Claude Code versions (major, minor) whose sessions this was tried on
 IMAGE = "[image]"
+MESSAGES = ("user", "assistant")  # the conversation's own records; every other type is counted and skipped
 
 
 def _version_ok(v: str) -> bool:
@@ -75,10 +79,16 @@ def read_entries(path: Path, counts: Counter) -> list[tuple[int, dict]]:
 
 
 def leaf_branch(entries: list[tuple[int, dict]], sidechain: bool) -> list[tuple[int, dict]]:
-    """The entries from the root to the leaf (the last entry written) of the main session, or of
-    the sidechain (a sub-agent's work inside the file), in order."""
+    """The entries from the root to the leaf of the main session, or of the sidechain (a
+    sub-agent's work inside the file), in order. The leaf: the last message written, where a
+    `summary` stands for the message its `leafUuid` names."""
     by_uuid = {e["uuid"]: (n, e) for n, e in entries if e.get("uuid")}
-    candidates = [(n, e) for n, e in entries if e.get("uuid") and bool(e.get("isSidechain")) == sidechain]
+
+    def message(node: tuple[int, dict] | None) -> bool:
+        return node is not None and node[1].get("type") in MESSAGES and bool(node[1].get("isSidechain")) == sidechain
+
+    candidates = [by_uuid.get(e.get("leafUuid")) if e.get("type") == "summary" else (n, e) for n, e in entries]
+    candidates = [c for c in candidates if message(c)]
     path, seen, node = [], set(), candidates[-1] if candidates else None
     while node is not None and node[1]["uuid"] not in seen and bool(node[1].get("isSidechain")) == sidechain:
         seen.add(node[1]["uuid"])
@@ -98,12 +108,12 @@ def parse(path: Path, keep_sidechains: bool = False) -> tuple[list[Step], Counte
         warnings.append(f"{path.name}: Claude Code version {', '.join(bad)} is outside the tested "
                         f"{TESTED[0][0]}.{TESTED[0][1]}-{TESTED[1][0]}.{TESTED[1][1]}; read it as the tested ones")
     for _, e in entries:
-        if e.get("type") not in ("user", "assistant"):
+        if e.get("type") not in MESSAGES:
             counts[f"skipped/{e.get('type') or 'untyped'}"] += 1
     branches = [leaf_branch(entries, sidechain=False)] + ([leaf_branch(entries, sidechain=True)] if keep_sidechains else [])
     kept = {e["uuid"] for b in branches for _, e in b}
     for _, e in entries:
-        if e.get("type") in ("user", "assistant") and e.get("uuid") not in kept:
+        if e.get("type") in MESSAGES and e.get("uuid") not in kept:
             counts["skipped/sidechain" if e.get("isSidechain") and not keep_sidechains else "skipped/abandoned_branch"] += 1
     steps = [s for b in branches for s in _steps(b, path, counts)]
     counts["steps"] = len(steps)
