@@ -69,11 +69,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def logs_to_stderr(args: argparse.Namespace) -> bool:
+    """`model` and `keys` print one path for scripts to read, and the long commands (traces replay, env
+    build-tasks, env redteam) their results: their logs and progress (utils/progress.py) go to stderr.
+    The other commands' logs go with their results to stdout: stderr holds only a failure's one line."""
+    sub = getattr(args, "traces_command", None) or getattr(args, "env_command", None)
+    return args.command in ("model", "keys") or sub in ("replay", "build-tasks", "redteam")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    # `model` and `keys` print one path for scripts to read: their progress goes to stderr. The env
-    # commands' progress goes with their results to stdout: stderr holds only a failure's one line.
-    setup("composer-prime", stderr=args.command in ("model", "keys"))
+    setup("composer-prime", stderr=logs_to_stderr(args))
     raise SystemExit(args.func(args))
 
 

@@ -24,8 +24,8 @@ import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -35,6 +35,9 @@ from composer_prime.traces.gate import StudentGate
 from composer_prime.traces.pairs import key, make_pair
 from composer_prime.traces.record import Step, read_steps
 from composer_prime.traces.teachers import Answer, Teacher, TeacherError, TeachersFile, load_teachers
+from composer_prime.utils.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 class Replay:
@@ -116,23 +119,23 @@ class Replay:
     async def run(self, steps: list[Step], window: int = 16) -> list[dict]:
         """Steps `window` at a time (each teacher's own concurrency bounds its calls); pairs saved after each window."""
         pairs: list[dict] = []
-        start = time.time()
         async with httpx.AsyncClient() as http:
             self.http = http  # the student gate's client too
             teachers = [Teacher(c, http, self.cfg.max_tokens, self.cfg.temperature) for c in self.cfg.teachers]
             models = {c.name: c.model for c in self.cfg.teachers}
-            for i in range(0, len(steps), window):
-                chunk = steps[i:i + window]
-                proposals = await asyncio.gather(*(self.step(teachers, s) for s in chunk))
-                if self.stopped:  # a state that lost a vote to the cap is not judged: rerun with more budget
-                    print(f"budget of ${self.budget:.4f} reached after {i} of {len(steps)} states; stopped", flush=True)
-                    break
-                self.stats["states"] += len(chunk)
-                pairs += [p for s, got in zip(chunk, proposals) if (p := make_pair(s, got, models, self.min_agree))]
-                write_jsonl(pairs, self.out / "pairs.jsonl")
-                print(f"{i + len(chunk)}/{len(steps)} states | {self.stats['calls']} teacher calls, {self.stats['cache_hits']} "
-                      f"cache hits, {self.stats['failed_calls']} failed | ${self.spent:.4f} | {len(pairs)} pairs | "
-                      f"{time.time() - start:.0f}s", flush=True)
+            with Progress("replay", len(steps), "states") as progress:
+                for i in range(0, len(steps), window):
+                    chunk = steps[i:i + window]
+                    proposals = await asyncio.gather(*(self.step(teachers, s) for s in chunk))
+                    if self.stopped:  # a state that lost a vote to the cap is not judged: rerun with more budget
+                        break
+                    self.stats["states"] += len(chunk)
+                    pairs += [p for s, got in zip(chunk, proposals) if (p := make_pair(s, got, models, self.min_agree))]
+                    write_jsonl(pairs, self.out / "pairs.jsonl")
+                    progress.advance(len(chunk), note=f"{self.stats['calls']} teacher calls, {self.stats['cache_hits']} "
+                                     f"cache hits, {self.stats['failed_calls']} failed | ${self.spent:.4f} | {len(pairs)} pairs")
+        if self.stopped:
+            log.warning(f"budget of ${self.budget:.4f} reached after {self.stats['states']} of {len(steps)} states; stopped")
         self.ledger.close()
         write_jsonl(pairs, self.out / "pairs.jsonl")
         return pairs

@@ -1,15 +1,19 @@
 """`traces replay` against three local teacher servers over HTTP (tests/support/teacher_standin.py, a
 stand-in for hosted APIs speaking OpenAI's chat protocol): pairs where teachers outvote the
 student, the cache (a replay killed mid-run and resumed repeats no paid call), the budget cap,
-tiered gating's savings, and teachers that time out or answer garbage (retried, counted, never fatal)."""
+tiered gating's savings, progress lines in a log, and teachers that time out or answer garbage
+(retried, counted, never fatal)."""
 
 import asyncio
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from composer_prime.traces.ingest import ingest
 from composer_prime.traces.record import read_steps, write_steps
 from composer_prime.traces.replay import Replay
 from composer_prime.traces.teachers import TeachersFile, load_teachers
+from composer_prime.utils.progress import INTERVAL_ENV as PROGRESS_ENV
 from tests.conftest import ROOT, free_port
 from tests.support.teacher_standin import TeacherStandin, serve_in_thread
 
@@ -56,6 +61,14 @@ def ledger(out: Path) -> list[dict]:
     return [json.loads(ln) for ln in (out / "ledger.jsonl").read_text().splitlines()]
 
 
+def replay_command(cfg: TeachersFile, steps: Path, tfile: Path, out: Path, concurrency: int) -> list[str]:
+    """`composer-prime traces replay` of `steps` by `cfg`'s teachers, written to a teachers file first."""
+    tfile.write_text("".join(f'[[teachers]]\nname = "{t.name}"\nbase_url = "{t.base_url}"\nmodel = "{t.model}"\n'
+                             f"price_in = 1.0\nprice_out = 1.0\nconcurrency = {concurrency}\n\n" for t in cfg.teachers))
+    return [sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "replay", str(steps), "--teachers", str(tfile),
+            "--out", str(out)]
+
+
 def test_majority_against_the_student_gives_pairs_and_a_ledger(tmp_path, steps):
     cfg, servers = teachers({"a": (FIX, 2.0, "ok", 0), "b": (FIX, 1.0, "ok", 0), "c": (OTHER, 0.1, "ok", 0)})
     pairs, summary = replay(cfg, tmp_path / "out", steps)
@@ -75,12 +88,8 @@ def test_majority_against_the_student_gives_pairs_and_a_ledger(tmp_path, steps):
 def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
     cfg, servers = teachers({"a": (FIX, 1.0, "ok", 0), "b": (FIX, 1.0, "ok", 0), "c": (OTHER, 1.0, "ok", 0)},
                             delay=0.4, concurrency=1)
-    tfile = tmp_path / "teachers.toml"
-    tfile.write_text("".join(f'[[teachers]]\nname = "{t.name}"\nbase_url = "{t.base_url}"\nmodel = "{t.model}"\n'
-                             f"price_in = 1.0\nprice_out = 1.0\nconcurrency = 1\n\n" for t in cfg.teachers))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "replay", str(steps), "--teachers", str(tfile),
-           "--out", str(out)]
+    cmd = replay_command(cfg, steps, tmp_path / "teachers.toml", out, concurrency=1)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not ((out / "ledger.jsonl").exists() and len(ledger(out)) >= 6):
@@ -100,6 +109,27 @@ def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
     assert summary["usd_all_runs"] == pytest.approx(sum(x["usd"] for x in ledger(out)))
     assert summary["usd_all_runs"] > summary["usd"]
     assert sum(s.requests for s in servers.values()) - 33 <= 3  # at most the calls in flight at the kill were redone
+
+
+def test_progress_in_a_log_is_plain_lines_with_counts_and_the_last_always(tmp_path, steps):
+    """stderr to a file: a line per window of 16 states (every ~2 of 40, with the seconds between lines
+    set to 0), then the last; by default (10 s between lines) a fast run writes only the last."""
+    forty = tmp_path / "forty.jsonl"
+    write_steps([replace(s, id=f"{s.id}-{k}") for k in range(4) for s in read_steps(steps)][:40], forty)
+    cfg, _ = teachers({"a": (FIX, 1.0, "ok", 0), "b": (FIX, 1.0, "ok", 0), "c": (OTHER, 1.0, "ok", 0)})
+    cmd = replay_command(cfg, forty, tmp_path / "teachers.toml", tmp_path / "out", concurrency=4)
+
+    def counts(**env: str) -> tuple[list[tuple[int, int]], str]:
+        log = tmp_path / "stderr.log"
+        with log.open("w") as err:
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=300, env={**os.environ, **env})
+        assert r.returncode == 0, log.read_text()
+        found = re.findall(r"^\[composer-prime\] replay: (\d+)/(\d+) states", log.read_text(), re.M)
+        return [(int(a), int(b)) for a, b in found], r.stdout
+    lines, stdout = counts(**{PROGRESS_ENV: "0"})
+    assert lines == [(16, 40), (32, 40), (40, 40)]
+    assert stdout.startswith("40/40 states, 40 pairs") and "replay:" not in stdout  # results alone on stdout
+    assert counts(**{PROGRESS_ENV: "10"})[0] == [(40, 40)]  # the rerun, all from the cache, takes under 10 s
 
 
 def test_budget_cap_stops_cleanly_with_what_was_bought(tmp_path, steps):
