@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
         if failure.exitcode < 0:  # killed by a signal: the rank could print nothing itself
-            print(f"[trainer] rank {rank} died of {failure.signal_name()}", file=sys.stderr, flush=True)
+            logging.disable(logging.NOTSET)  # torchrun is done: this one line of ours must get through
+            setup("trainer", stderr=True)  # stderr, as a failed command's last line (utils/logs.py)
+            logging.getLogger(__name__).error(f"rank {rank} died of {failure.signal_name()}")
             raise SystemExit(128 - failure.exitcode) from None
         raise SystemExit(failure.exitcode) from None
 
