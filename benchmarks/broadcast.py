@@ -38,7 +38,9 @@ from safetensors.torch import load_file, save_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from composer_prime.transports.weights.shardcast import Downloader, Origin, load_or_create_key, public_hex  # noqa: E402
+from composer_prime.transports.weights.shardcast.client import Downloader  # noqa: E402
+from composer_prime.transports.weights.shardcast.manifest import load_or_create_key, public_hex  # noqa: E402
+from composer_prime.transports.weights.shardcast.origin import Origin  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 

@@ -10,8 +10,9 @@ import signal
 import httpx
 import pytest
 
-from composer_prime.transports.weights.shardcast import DownloadError, Origin, load_or_create_key, public_hex
-from composer_prime.transports.weights.shardcast.manifest import Manifest, sign
+from composer_prime.transports.weights.shardcast.client import DownloadError
+from composer_prime.transports.weights.shardcast.manifest import Manifest, load_or_create_key, public_hex, sign
+from composer_prime.transports.weights.shardcast.origin import Origin
 from composer_prime.transports.weights.shardcast.store import parse_distribution
 
 from tests.conftest import free_port

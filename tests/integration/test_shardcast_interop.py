@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from composer_prime.transports.weights.shardcast import Origin
+from composer_prime.transports.weights.shardcast.origin import Origin
 from composer_prime.transports.weights.shardcast.payload import file_blake3
 
 from tests.conftest import free_port

@@ -15,7 +15,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from composer_prime.transports.weights.shardcast import Downloader, Origin, load_or_create_key, public_hex
+from composer_prime.transports.weights.shardcast.client import Downloader
+from composer_prime.transports.weights.shardcast.manifest import load_or_create_key, public_hex
+from composer_prime.transports.weights.shardcast.origin import Origin
 
 from tests.conftest import ROOT, free_port
 

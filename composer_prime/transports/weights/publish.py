@@ -34,7 +34,8 @@ class ShardcastPublisher:
 
     def __init__(self, key_path: Path, work_dir: Path, host: str, port: int, shard_size: int, keep_last: int,
                  delta: bool, urls: list[str]) -> None:
-        from composer_prime.transports.weights.shardcast import Origin, load_or_create_key
+        from composer_prime.transports.weights.shardcast.manifest import load_or_create_key
+        from composer_prime.transports.weights.shardcast.origin import Origin
 
         # The key exists (the trainer entrypoint checks): made by `rl` or `composer-prime keys make`, so
         # inference nodes were given its public half.

@@ -1,18 +1,9 @@
 """SHARDCAST weight broadcast: trainer (origin) → relays → inference nodes, signed and verified.
 
-`Origin` publishes each step; `Relay` mirrors and re-serves; `Downloader` fetches and verifies.
-The wire layout is the `shardcast` package's, so its relays and clients interoperate.
+`origin.Origin` publishes each step; `relay.Relay` mirrors and re-serves; `client.Downloader`
+fetches and verifies (`follow.follow` keeps an inference node on the newest step); `manifest`
+signs and checks what is served, `payload` packs, hashes and unpacks it, `store` lays it out on
+disk and serves it. The wire layout is the `shardcast` package's, so its relays and clients
+interoperate. Importers name the submodule they use: this package re-exports nothing, so no
+submodule's import of a sibling runs a module that imports it back.
 """
-
-from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
-from composer_prime.transports.weights.shardcast.manifest import (
-    Manifest,
-    VerificationError,
-    load_or_create_key,
-    public_hex,
-)
-from composer_prime.transports.weights.shardcast.origin import Origin, model_hash
-from composer_prime.transports.weights.shardcast.relay import Relay
-
-__all__ = ["Downloader", "DownloadError", "Manifest", "VerificationError", "load_or_create_key", "public_hex",
-           "Origin", "model_hash", "Relay"]
