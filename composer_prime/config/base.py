@@ -20,6 +20,15 @@ CommaList = Annotated[list[str], BeforeValidator(lambda v: [x for x in v.split("
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
+class FieldError(ValueError):
+    """A model's own check failing on one key below the model (`key`, dotted, relative to it): the
+    config error names that key and where it was set, not the whole section (config/loader.py)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,15 +63,16 @@ class Sections(Strict):
     _classes: dict[str, type] = PrivateAttr(default_factory=dict)
     plugins: list[str] = Field(default_factory=list, description='plug-ins outside the package, "module:Class"')
 
-    def _load_sections(self, named: Iterable[str] = ()) -> None:
-        """Validate the sections; `named`: names used elsewhere in the model that must be plug-ins."""
+    def _load_sections(self, named: Iterable[str] = (), field: str = "") -> None:
+        """Validate the sections; `named`: names used elsewhere in the model (the keys of `field`)
+        that must be plug-ins."""
         if not self.plugins:  # names first, from metadata: a typo fails before the plug-ins' imports (torch: seconds)
-            self._check_names(plugins.names(self.GROUP), named)
+            self._check_names(plugins.names(self.GROUP), named, field)
         try:
             classes = plugins.load(self.GROUP, self.plugins)
         except ValueError as e:
-            raise ValueError(f"plugins: {e}") from None
-        self._check_names(set(classes), named)
+            raise FieldError("plugins", str(e)) from None
+        self._check_names(set(classes), named, field)
         extra = self.__pydantic_extra__
         errors = []
         for name, cls in classes.items():
@@ -75,10 +85,10 @@ class Sections(Strict):
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         self._classes = classes
 
-    def _check_names(self, known: set[str], named: Iterable[str]) -> None:
+    def _check_names(self, known: set[str], named: Iterable[str], field: str) -> None:
         for name in named:
             if name not in known:
-                raise ValueError(f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(known))})")
+                raise FieldError(f"{field}.{name}", f"unknown {self.KIND} '{name}' (known: {', '.join(sorted(known))})")
         if unknown := [k for k in self.__pydantic_extra__ if k not in known]:
             raise ValidationError.from_exception_data(type(self).__name__, [
                 InitErrorDetails(type="extra_forbidden", loc=(k,), input=self.__pydantic_extra__[k]) for k in unknown])

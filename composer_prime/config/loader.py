@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
+from composer_prime.config.base import FieldError
 from composer_prime.config.help import render
 from composer_prime.utils.net import bind_error
 
@@ -36,23 +37,57 @@ class ConfigError(Exception):
     """A user-facing config mistake; the message is one line."""
 
 
-def deep_merge(base: dict, new: dict, origin: str, provenance: dict[str, str], prefix: str = "") -> dict:
+def deep_merge(base: dict, new: dict, place: str, provenance: dict[str, str], prefix: str = "") -> dict:
     out = dict(base)
     for key, value in new.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value, origin, provenance, dotted + ".")
+            out[key] = deep_merge(out[key], value, place, provenance, dotted + ".")
         else:
             out[key] = value
-        _mark(value, dotted, origin, provenance)
+            record(provenance, dotted, value, place)
     return out
 
 
-def _mark(value: Any, dotted: str, origin: str, provenance: dict[str, str]) -> None:
-    provenance[dotted] = origin
-    if isinstance(value, dict):
+def record(provenance: dict[str, str], dotted: str, value: Any, place: str) -> None:
+    """`place` set `dotted` to `value`. Only values are recorded, a table's key by key: a table
+    composed from several places has no one place (the prefix of a key set elsewhere is not where
+    it was set). What was recorded at, below or above `dotted` is replaced."""
+    for k in [k for k in provenance if k == dotted or k.startswith(dotted + ".")]:
+        del provenance[k]
+    parts = dotted.split(".")
+    for n in range(1, len(parts)):
+        provenance.pop(".".join(parts[:n]), None)
+    if isinstance(value, dict) and value:
         for k, v in value.items():
-            _mark(v, f"{dotted}.{k}", origin, provenance)
+            record(provenance, f"{dotted}.{k}", v, place)
+    else:
+        provenance[dotted] = place
+
+
+def alias(provenance: dict[str, str], source: str, target: str) -> None:
+    """`target` was filled in from the value at `source`: it was set where that was."""
+    for k, place in list(provenance.items()):
+        if k == source or k.startswith(source + "."):
+            provenance.setdefault(target + k[len(source):], place)
+
+
+def place_of(loc: tuple | str, provenance: dict[str, str]) -> str:
+    """Where the value at `loc` (dotted, or a validation error's location) was set: the place that
+    set it, or every place that set a key of it (a table); inside a list, where the list was set."""
+    parts = []
+    for p in loc.split(".") if isinstance(loc, str) else loc:
+        if isinstance(p, int):  # a list is set as a whole: its items were set where it was
+            break
+        parts.append(str(p))
+    dotted = ".".join(parts)
+    places = dict.fromkeys(v for k, v in provenance.items() if not dotted or k == dotted or k.startswith(dotted + "."))
+    if places:
+        return ", ".join(places)
+    for n in range(len(parts) - 1, 0, -1):  # inside a value set whole (a list, an empty table)
+        if (above := ".".join(parts[:n])) in provenance:
+            return provenance[above]
+    return "defaults"
 
 
 def _parse_value(text: str) -> Any:
@@ -121,19 +156,11 @@ def parse_argv(argv: list[str]) -> tuple[dict, dict[str, str], bool]:
             else:
                 value = True
             _set_dotted(tree, key, value)
-            provenance[key] = "command line"
+            record(provenance, key, value, "command line")
         else:
             raise ConfigError(f"unexpected argument '{arg}' (use '@ file.toml' or '--key value')")
         i += 1
     return tree, provenance, dry_run
-
-
-def _origin(loc: tuple, provenance: dict[str, str]) -> str:
-    parts = [str(p) for p in loc if not isinstance(p, int)]
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in provenance:
-            return provenance[".".join(parts[:n])]
-    return "defaults"
 
 
 def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tuple = ()) -> T:
@@ -142,12 +169,14 @@ def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tup
     except ValidationError as e:
         err = e.errors()[0]
         loc = (*prefix, *err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        if isinstance(cause := err.get("ctx", {}).get("error"), FieldError):  # a model's check names its key
+            loc, msg = (*loc, *cause.key.split(".")), cause.message
         key = ".".join(str(p) for p in loc) or model.__name__
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         if err["type"] == "missing":
             raise ConfigError(f"{key}: required; set it in a config file or with --{key}{more}") from None
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{key}: {msg} ({_origin(loc, provenance)}){more}") from None
+        raise ConfigError(f"{key}: {msg} ({place_of(loc, provenance)}){more}") from None
 
 
 def check(config: BaseModel, checks: dict[str, Check], provenance: dict[str, str], prefix: str = "") -> None:
@@ -161,15 +190,15 @@ def check(config: BaseModel, checks: dict[str, Check], provenance: dict[str, str
         try:
             fn(value)
         except (ValueError, OSError) as e:
-            loc = tuple(f"{prefix}{key}".split("."))
-            raise ConfigError(f"{prefix}{key}: {e} ({_origin(loc, provenance)})") from None
+            raise ConfigError(f"{prefix}{key}: {e} ({place_of(prefix + key, provenance)})") from None
 
 
-def check_binds(binds: list[tuple[str, str, int]], prefix: str = "") -> None:
+def check_binds(binds: list[tuple[str, str, int]], provenance: dict[str, str], prefix: str = "") -> None:
     """Ports a process is about to listen on must be free: one line now, not a traceback later."""
     for key, host, port in binds:
         if error := bind_error(host, port):
-            raise ConfigError(f"{prefix}{key}: cannot listen on {host}:{port} ({error}); is another run using it?")
+            where = place_of(prefix + key.split(" ")[0], provenance)  # "port + 1000 (vLLM's server)" was set with port
+            raise ConfigError(f"{prefix}{key}: cannot listen on {host}:{port} ({error}); is another run using it? ({where})")
 
 
 def load(model: type[T], argv: list[str], checks: dict[str, Check] | None = None) -> tuple[T, dict[str, str], bool]:
@@ -197,9 +226,9 @@ def load_or_exit(model: type[T], argv: list[str] | None = None, checks: dict[str
                  ports: bool = False) -> tuple[T, bool]:
     """`load` with one-line errors; with `ports`, a run (not a dry run) also checks that `config.binds()` are free."""
     with one_line_errors():
-        config, _, dry_run = load(model, sys.argv[1:] if argv is None else argv, checks)
+        config, provenance, dry_run = load(model, sys.argv[1:] if argv is None else argv, checks)
         if ports and not dry_run:
-            check_binds(config.binds())  # type: ignore[attr-defined]
+            check_binds(config.binds(), provenance)  # type: ignore[attr-defined]
     return config, dry_run
 
 

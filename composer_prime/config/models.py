@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from composer_prime.config.base import CommaList, Pinned, Port, Sections, Shared, Strict
+from composer_prime.config.base import CommaList, FieldError, Pinned, Port, Sections, Shared, Strict
 from composer_prime.config.sampling import RolloutSampling
 
 
@@ -59,7 +59,7 @@ class WandbConfig(Strict):
     @model_validator(mode="after")
     def _check(self) -> "WandbConfig":
         if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
-            raise ValueError(f"mode \"{self.mode}\" needs the wandb package: uv sync --extra wandb")
+            raise FieldError("mode", f"\"{self.mode}\" needs the wandb package: uv sync --extra wandb")
         return self
 
 
@@ -121,13 +121,13 @@ class InferenceConfig(Shared, Pinned):
     @model_validator(mode="after")
     def _check(self) -> "InferenceConfig":
         if any(a.split("=")[0] in ("--host", "--port") for a in self.vllm_args):
-            raise ValueError("vllm_args: --host and --port are set by composer-prime (vLLM's server listens on "
+            raise FieldError("vllm_args", "--host and --port are set by composer-prime (vLLM's server listens on "
                              "loopback behind ours); set inference.host and inference.port instead")
         wb = self.weight_broadcast
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
-            raise ValueError("weight_broadcast: shardcast needs `servers` and the trainer's `public_key`")
+            raise FieldError("weight_broadcast", "shardcast needs `servers` and the trainer's `public_key`")
         if self.resolved_engine() == "vllm" and self.port + 1000 > 65535:
-            raise ValueError(f"port: {self.port} + 1000 (vLLM's server) is above 65535")
+            raise FieldError("port", f"{self.port} + 1000 (vLLM's server) is above 65535")
         return self
 
     def resolved_engine(self) -> Literal["hf", "vllm"]:
@@ -204,7 +204,7 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     def _check(self) -> "OrchestratorConfig":
         self._load_sections()
         if len({e.id for e in self.envs}) != len(self.envs):
-            raise ValueError("envs: each environment id may appear once")
+            raise FieldError("envs", "each environment id may appear once")
         self.groups_per_step()  # raises if the batch does not split into whole groups
         return self
 
@@ -252,7 +252,7 @@ class LossConfig(Sections):
 
     @model_validator(mode="after")
     def _sections(self) -> "LossConfig":
-        self._load_sections(self.weights)
+        self._load_sections(self.weights, "weights")
         return self
 
     def channel_classes(self) -> dict[str, type]:

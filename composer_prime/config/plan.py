@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from composer_prime.config.loader import ConfigError
+from composer_prime.config.loader import ConfigError, alias, place_of
 from composer_prime.config.models import AuthConfig, InferenceConfig, RelayConfig, WeightBroadcastConfig
 from composer_prime.config.rl import RLConfig
 from composer_prime.transports.auth import is_loopback, zmq_host
@@ -53,6 +53,8 @@ def split_cores(cfg: RLConfig, engine: str, nproc: int) -> tuple[list[int], list
 
 
 def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: tuple[int, Path] | None = None) -> list[Process]:
+    """The processes; `provenance` gains where each process's keys were set, under its name."""
+    provenance = {} if provenance is None else provenance
     inf, orch, trainer = cfg.split(provenance)
     if resume_from is not None:  # inference starts on the step the trainer continues from
         inf = inf.model_copy(update={"weight_version": resume_from[0], "weights_path": resume_from[1]})
@@ -66,7 +68,7 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
     if wb.type == "shardcast":
         if wb.keep_last < orch.max_async_level + 1:  # a node one async window behind must still find its step
             raise ConfigError(f"weight_broadcast.keep_last: {wb.keep_last} is below orchestrator.max_async_level + 1 "
-                              f"= {orch.max_async_level + 1}")
+                              f"= {orch.max_async_level + 1} ({place_of('trainer.weight_broadcast.keep_last', provenance)})")
 
         key_path = trainer.signing_key()
         public = str(key_path.with_name(key_path.name + ".pub"))  # written beside the key when it is made
@@ -84,6 +86,12 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
         orch = orch.model_copy(update={"inference_urls": urls})
         trainer = trainer.model_copy(update={"inference_urls": urls})
     names = ["inference"] if len(infs) == 1 else [f"inference-{i}" for i in range(len(infs))]
+    if len(names) > 1:  # replicas: port + i, all else as the section says
+        for name in names:
+            alias(provenance, "inference", name)
+    for i in range(len(relays)):  # port + 1 + i, on the origin's host
+        for key in ("host", "port"):
+            alias(provenance, f"trainer.weight_broadcast.{key}", f"relay-{i}.{key}")
     return [*(Process(n, "inference", c) for n, c in zip(names, infs)),
             Process("trainer", "trainer", trainer),
             *(Process(f"relay-{i}", "relay", r) for i, r in enumerate(relays)),

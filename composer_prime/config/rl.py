@@ -14,8 +14,8 @@ from typing import Annotated
 from pydantic import Field
 
 from composer_prime.config.help import Section
-from composer_prime.config.loader import ConfigError, validate
-from composer_prime.config.base import Shared
+from composer_prime.config.base import FieldError, Shared
+from composer_prime.config.loader import ConfigError, alias, place_of, validate
 from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, TrainerConfig,
                                           WandbConfig, WeightBroadcastConfig)
 
@@ -39,8 +39,9 @@ class RLConfig(Shared):
 
     def split(self, provenance: dict[str, str] | None = None
               ) -> tuple[InferenceConfig, OrchestratorConfig, TrainerConfig]:
-        """Fill shared keys into each process config; a section that sets one differently is a conflict."""
-        provenance = provenance or {}
+        """Fill shared keys into each process config; a section that sets one differently is a conflict.
+        A key filled in is recorded in `provenance` as set where its top-level key was."""
+        provenance = {} if provenance is None else provenance
         sections = {}
         for name in ("inference", "orchestrator", "trainer"):
             section = dict(getattr(self, name))
@@ -48,16 +49,19 @@ class RLConfig(Shared):
                 top = getattr(self, key)
                 top = str(top) if isinstance(top, Path) else top
                 if key in section and section[key] != top:
-                    where = provenance.get(f"{name}.{key}", "defaults")
+                    where = place_of(f"{name}.{key}", provenance)
                     raise ConfigError(f"{name}.{key}: conflicts with top-level {key} = {top!r} ({where})")
                 section[key] = top
-            section.setdefault("auth", self.auth.model_dump())
+            filled = {"auth": self.auth.model_dump()}
             if name != "inference":
-                section.setdefault("transport", self.transport.model_dump())
-                section.setdefault("wandb", self.wandb.model_dump())
+                filled |= {"transport": self.transport.model_dump(), "wandb": self.wandb.model_dump()}
             if name == "trainer":  # the trainer decides where a run resumes; the orchestrator follows it
-                section.setdefault("resume", self.resume)
-                section.setdefault("weight_broadcast", self.weight_broadcast.model_dump(exclude_unset=True))
+                filled |= {"resume": self.resume, "weight_broadcast": self.weight_broadcast.model_dump(exclude_unset=True)}
+            for key, value in filled.items():
+                section.setdefault(key, value)
+            for key in (*SHARED_KEYS, *filled):
+                if key not in getattr(self, name):
+                    alias(provenance, key, f"{name}.{key}")
             sections[name] = section
         inf = validate(InferenceConfig, sections["inference"], provenance, ("inference",))
         for name in ("orchestrator", "trainer"):
@@ -68,5 +72,6 @@ class RLConfig(Shared):
             try:
                 cls.check_run(trainer.loss.section(name), orch)
             except ValueError as e:
-                raise ConfigError(f"trainer.loss.{name}.{e}") from None
+                key = f"trainer.loss.{name}" + (f".{e.key}" if isinstance(e, FieldError) else "")
+                raise ConfigError(f"trainer.loss.{name}.{e} ({place_of(key, provenance)})") from None
         return inf, orch, trainer

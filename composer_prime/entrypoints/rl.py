@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
-from composer_prime.config.loader import check, check_binds, load, one_line_errors
+from composer_prime.config.loader import check, check_binds, load, one_line_errors, place_of
 from composer_prime.config.plan import Process, plan
 from composer_prime.entrypoints import checks
 from composer_prime.model.resolve import resolve_model
@@ -52,20 +52,21 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
             if "cpus" in type(p.config).model_fields:
                 check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
             if not dry_run and hasattr(p.config, "binds"):
-                check_binds(p.config.binds(), prefix=f"{p.name}.")
+                check_binds(p.config.binds(), provenance, prefix=f"{p.name}.")
         if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
             from composer_prime.env_runtime.tasksets import EnvError, check_envs  # verifiers: seconds to import
 
             try:
                 check_envs(next(p.config for p in processes if p.name == "orchestrator"))
             except EnvError as e:
-                raise ConfigError(str(e)) from None
+                raise ConfigError(f"{e} ({place_of('orchestrator.envs', provenance)})") from None
         paths = {p.name: run / "configs" / f"{p.name}.toml" for p in processes}
         try:
             for p in processes:
                 write_toml(p.config, paths[p.name])
         except OSError as e:
-            raise ConfigError(f"output_dir: cannot write {e.filename or run}: {e.strerror}") from None
+            raise ConfigError(f"output_dir: cannot write {e.filename or run}: {e.strerror} "
+                              f"({place_of('output_dir', provenance)})") from None
     return cfg, processes, paths, dry_run
 
 
