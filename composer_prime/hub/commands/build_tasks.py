@@ -6,7 +6,8 @@
 
 `--sources`: one source per line (`pypi:name==version`, a directory or an sdist, then optional
 extra requirements for its test environment); built in parallel, resumable, one task index.
-Progress goes to stderr; the summary goes to stdout, its last line the task set's directory. Bad input gets one
+Progress goes to stderr (utils/progress.py: candidates or sources checked, and the time left);
+the summary goes to stdout, its last line the task set's directory. Bad input gets one
 `error: ...` line and exit code 2. The logic lives in the environment package (feature_deletion).
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from composer_prime.utils.progress import Progress
 
 ENVS = ("feature-deletion",)
 
@@ -74,16 +77,22 @@ def run(args: argparse.Namespace) -> int:
                         keep_pytest_config=args.keep_pytest_config, pytest_plugins=plugins)
     try:
         if args.sources:
-            index = build_many(parse_sources(args.sources), args.out, seed=args.seed, max_tasks=args.max_tasks,
-                               variant=args.variant, jobs=args.jobs, settings=settings, force=args.force,
-                               retry_failed=args.retry_failed)
+            sources = parse_sources(args.sources)
+            # no live line: the sources build in worker processes, whose lines go straight to this terminal
+            with Progress("build-tasks", None, "sources", live=False) as progress:
+                index = build_many(sources, args.out, seed=args.seed, max_tasks=args.max_tasks, variant=args.variant,
+                                   jobs=args.jobs, settings=settings, force=args.force, retry_failed=args.retry_failed,
+                                   log=progress.echo, progress=progress.update)
             lines = index_lines(index)
             if not index["tasks"]:
                 print("\n".join(lines))
                 return _error(f"no source yielded tasks (logs in {args.out.resolve() / 'sources'})")
         else:
-            lines = summary_lines(build(args.source, args.out, seed=args.seed, max_tasks=args.max_tasks,
-                                        variant=args.variant, force=args.force, jobs=args.jobs or 1, settings=settings))
+            with Progress("build-tasks", None, "candidates") as progress:
+                manifest = build(args.source, args.out, seed=args.seed, max_tasks=args.max_tasks, variant=args.variant,
+                                 force=args.force, jobs=args.jobs or 1, settings=settings, log=progress.echo,
+                                 progress=progress.update)
+            lines = summary_lines(manifest)
     except BuildError as e:
         return _error(str(e))
     except KeyboardInterrupt:

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from composer_prime.utils.progress import Progress
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("redteam", help="run every scripted attack against tasks of a feature-deletion task set",
@@ -39,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     attacks = args.attacks.split(",") if args.attacks else None
     try:
-        results = audit(args.tasks_dir.resolve(), args.tasks, attacks, log=lambda m: print(m, file=sys.stderr, flush=True))
+        with Progress("redteam", None, "attacks") as progress:
+            results = audit(args.tasks_dir.resolve(), args.tasks, attacks, log=progress.echo, progress=progress.update)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

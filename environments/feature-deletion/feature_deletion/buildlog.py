@@ -18,6 +18,13 @@ def stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+Counted = Callable[[int, int], None]  # told (done, total) as a long loop goes: the caller shows progress
+
+
+def uncounted(done: int, total: int) -> None:
+    """The default `Counted`: a caller that shows no progress (the log lines still tell it)."""
+
+
 class BuildLog:
     def __init__(self, path: Path | None, echo: Callable[[str], None] = stderr) -> None:
         self.path, self.echo = path, echo

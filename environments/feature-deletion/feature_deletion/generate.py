@@ -23,7 +23,7 @@ from typing import Callable
 
 from feature_deletion import sandbox, taskdir
 from feature_deletion.baseline import Baseline, BuildError, Layout, classify, copy_tree, fetch_pypi, find_layout, unpack
-from feature_deletion.buildlog import BuildLog, log_path, stderr
+from feature_deletion.buildlog import BuildLog, Counted, log_path, stderr, uncounted
 from feature_deletion.candidates import EXAMPLES, VARIANTS, Candidate, Settings, select
 from feature_deletion.gates import Gates, GateResult
 from feature_deletion.pytest_run import PytestError, neutral_options
@@ -123,9 +123,10 @@ def run_gates(order: list[Candidate], gates: Gates, max_tasks: int | None, jobs:
 
 def build(source: str, out: Path, seed: int = 0, max_tasks: int | None = None, variant: str = "body",
           force: bool = False, jobs: int = 1, settings: Settings | None = None,
-          log: Callable[[str], None] = stderr, log_file: Path | None = None) -> dict:
+          log: Callable[[str], None] = stderr, log_file: Path | None = None, progress: Counted = uncounted) -> dict:
     """Build the task set into `out`; returns the manifest. Raises BuildError on bad input. The
-    build log goes to `log_file` (default `<out>.build.log`), which outlives a failed build."""
+    build log goes to `log_file` (default `<out>.build.log`), which outlives a failed build;
+    `progress` is told (candidates checked, candidates) as the gates go."""
     s = settings or Settings()
     if variant not in VARIANTS:
         raise BuildError(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
@@ -135,7 +136,7 @@ def build(source: str, out: Path, seed: int = 0, max_tasks: int | None = None, v
     work, stage = Path(tempfile.mkdtemp(prefix="fd-build-")), None
     try:
         stage = taskdir.staging(out)
-        return _build(source, out, seed, max_tasks, variant, force, jobs, s, blog, work, stage)
+        return _build(source, out, seed, max_tasks, variant, force, jobs, s, blog, work, stage, progress)
     except BuildError as e:
         blog(f"error: {e}", echo=False)  # the caller reports it, once
         raise BuildError(f"{e}{blog.where()}") from None
@@ -147,7 +148,7 @@ def build(source: str, out: Path, seed: int = 0, max_tasks: int | None = None, v
 
 
 def _build(source: str, out: Path, seed: int, max_tasks: int | None, variant: str, force: bool, jobs: int,
-           s: Settings, log: BuildLog, work: Path, stage: Path) -> dict:
+           s: Settings, log: BuildLog, work: Path, stage: Path, progress: Counted) -> dict:
     t0 = time.perf_counter()
     try:
         sandbox.ensure_available()
@@ -199,6 +200,7 @@ def _build(source: str, out: Path, seed: int, max_tasks: int | None, variant: st
         tasks.append(task)
         log(f"[{i}/{len(order)}] {cand.name}: accepted, {len(res.tests)} tests "
             f"({len(tasks)}{f'/{max_tasks}' if max_tasks else ''})")
+        progress(i, len(order))
 
     def reject(i: int, cand: Candidate, res: GateResult) -> None:
         sel.reject(res.reason, cand.name)
@@ -206,8 +208,10 @@ def _build(source: str, out: Path, seed: int, max_tasks: int | None, variant: st
         log(f"[{i}/{len(order)}] {cand.name}: rejected, {res.reason} ({res.detail})")
         if res.output:
             log.detail(res.output)
+        progress(i, len(order))
 
     t = time.perf_counter()
+    progress(0, len(order))
     evaluated = run_gates(order, gates, max_tasks, jobs, accept, reject)
     t_gates = time.perf_counter() - t
     report = {

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from feature_deletion.buildlog import Counted, uncounted
 from feature_deletion.hostguard import HostGuard, plant_caches
 from feature_deletion.redteam_agents import Ctx, Step, honest, scripts
 from feature_deletion.redteam_controls import ATTACKS, OriginalServer, Run, clean
@@ -93,8 +94,9 @@ def _arena(task_dir: Path, dest: Path) -> Path:
 
 
 def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
-               timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print) -> list[Outcome]:
-    """Every attack in `attacks` against one task. `timeouts`: (run_tests, scoring) in seconds;
+               timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print,
+               attacked: Callable[[int], None] = lambda n: None) -> list[Outcome]:
+    """Every attack in `attacks` against one task (`attacked` is told how many have run after each). `timeouts`: (run_tests, scoring) in seconds;
     default: from the honest agent's full scoring run S (the whole suite): max(30, 4 S) for `run_tests`,
     whose proof runs may run the whole suite too, and max(60, 5 S) for scoring. Its own `run_tests`
     (the task's tests only) would set a limit the whole suite cannot meet (python-dateutil: 15 to
@@ -127,6 +129,7 @@ def audit_task(task_dir: Path, attacks: list[str], limits: Limits = LIMITS,
                 out.append(_attack(run, attack, planted, name))
                 log(f"  {name} {attack}: score {out[-1].score}, stopped by {out[-1].stopped_by}, control: "
                     f"{out[-1].control}{'' if out[-1].ok else '  FAILED: ' + out[-1].problem}")
+                attacked(len(out) - 1)
             return out
         finally:
             server.server.shutdown()
@@ -190,15 +193,21 @@ def _attack(run: Run, attack: str, planted: list[str], name: str) -> Outcome:
 
 
 def audit(root: Path, n: int | None = None, attacks: list[str] | None = None, limits: Limits = LIMITS,
-          timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print) -> list[Outcome]:
+          timeouts: tuple[float, float] | None = None, log: Callable[[str], None] = print,
+          progress: Counted = uncounted) -> list[Outcome]:
+    """Every attack on `n` tasks of the set; `progress` is told (attacks run, attacks) after each."""
     names = attacks or list(ATTACKS)
     unknown = [a for a in names if a not in ATTACKS]
     if unknown:
         raise ValueError(f"unknown attack {unknown[0]!r} (known: {', '.join(ATTACKS)})")
-    out = []
-    for task_dir in pick_tasks(Path(root), n):
+    out: list[Outcome] = []
+    tasks = pick_tasks(Path(root), n)
+    total = len(tasks) * len(names)
+    progress(0, total)
+    for i, task_dir in enumerate(tasks):
         log(f"red team on {task_dir.relative_to(root)}")
-        out += audit_task(task_dir, names, limits, timeouts, log)
+        out += audit_task(task_dir, names, limits, timeouts, log, lambda k, i=i: progress(i * len(names) + k, total))
+        progress((i + 1) * len(names), total)  # also a task whose honest run failed, which runs no attack
     return out
 
 

@@ -32,7 +32,7 @@ from typing import Callable
 
 from feature_deletion import taskdir
 from feature_deletion.baseline import BuildError
-from feature_deletion.buildlog import stderr
+from feature_deletion.buildlog import Counted, stderr, uncounted
 from feature_deletion.candidates import Settings
 
 INDEX_FORMAT = "index"
@@ -131,8 +131,9 @@ def write_index(sources: list[Source], out: Path, args: dict) -> dict:
 
 def build_many(sources: list[Source], out: Path, seed: int = 0, max_tasks: int | None = None, variant: str = "body",
                jobs: int | None = None, settings: Settings | None = None, force: bool = False,
-               retry_failed: bool = False, log: Callable[[str], None] = stderr) -> dict:
-    """Build every source not built yet into `out` and return the index."""
+               retry_failed: bool = False, log: Callable[[str], None] = stderr, progress: Counted = uncounted) -> dict:
+    """Build every source not built yet into `out` and return the index; `progress` is told
+    (sources built, sources to build) as they finish."""
     s = settings or Settings()
     out = Path(out).resolve()
     args = {"seed": seed, "max_tasks": max_tasks, "variant": variant, "settings": asdict(s)}
@@ -160,13 +161,15 @@ def build_many(sources: list[Source], out: Path, seed: int = 0, max_tasks: int |
         parallel = max(1, min(cores, len(todo)))
         per_source = max(1, cores // parallel)
         write_index(sources, out, args)
+        progress(0, len(todo))
         if todo:
             ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
             with ProcessPoolExecutor(parallel, mp_context=ctx) as pool:
                 futures = [pool.submit(_build_one, x, out, seed, max_tasks, variant, per_source, s) for x in todo]
-                for fut in as_completed(futures):
+                for built, fut in enumerate(as_completed(futures), 1):
                     fut.result()
                     write_index(sources, out, args)
+                    progress(built, len(todo))
         return write_index(sources, out, args)
 
 

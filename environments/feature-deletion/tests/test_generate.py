@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,10 @@ def test_cli_builds_the_same_set_as_the_api(small, tmp_path):
     assert res.stdout.strip().splitlines()[-1] == str(out)
     assert "baseline run 1/2" in res.stderr and "accepted" in res.stdout  # progress on stderr, the summary on stdout
     assert without_timings(json.loads((out / "manifest.json").read_text())) == without_timings(small[0])
+    # the last progress line: candidates checked of those that passed the filters (utils/progress.py)
+    counted = re.findall(r"^\[composer-prime\] build-tasks: (\d+)/(\d+) candidates", res.stderr, re.M)
+    r = small[0]["report"]
+    assert counted[-1] == (str(r["evaluated"]), str(r["passed_filters"])) and r["evaluated"] < r["passed_filters"], res.stderr
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str]:

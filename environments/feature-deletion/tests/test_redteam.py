@@ -71,5 +71,7 @@ def test_unprotected_tests_fail_the_red_team(minilib_built: Path, tmp_path: Path
         task_file.write_text(json.dumps({**json.loads(task_file.read_text()), "test_paths": []}))
     with pytest.raises(SystemExit) as e:
         main(["env", "redteam", str(weak), "--tasks", "1", "--attacks", "rewrite_tests_at_runtime"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
     assert e.value.code == 1 and "1 red-team failures" in out and "FAILED: scored 1.0" in out, out
+    assert "] redteam: 1/1 attacks (100%)" in printed.err.splitlines()[-1]  # the last progress line

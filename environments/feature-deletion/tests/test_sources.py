@@ -28,7 +28,9 @@ def test_list_build_resumes_and_indexes(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["env", "build-tasks", "feature-deletion", "--sources", str(listing / "list.txt"), "--out", str(out),
               "--max-tasks", "1", "--jobs", "2"])
-    assert e.value.code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == str(out)
+    printed = capsys.readouterr()
+    assert e.value.code == 0 and printed.out.strip().splitlines()[-1] == str(out)
+    assert "] build-tasks: 2/2 sources (100%)" in printed.err.splitlines()[-1]  # the last progress line
     index = json.loads((out / "manifest.json").read_text())
     assert [(s["slug"], s["status"], s["accepted"]) for s in index["sources"]] == [("srclib", "ok", 1), ("deplib", "ok", 1)]
     assert [t["id"].split("/")[0] for t in index["tasks"]] == ["srclib", "deplib"]
