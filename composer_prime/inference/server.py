@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, field_validator
 from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.inference import generate_answer
 from composer_prime.inference.engines.base import Engine
 from composer_prime.utils.chat import encode_chat
 
@@ -156,18 +157,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
         params = req.sampling_params.or_eos(tok.eos_token_id)
         seeds = [None if params.seed is None else params.seed + i for i in range(req.n)]
         gens = await asyncio.gather(*(run(req.token_ids, params.model_copy(update={"seed": s})) for s in seeds))
-        return {
-            "request_id": uuid.uuid4().hex,
-            "prompt_token_ids": req.token_ids,
-            "weight_version": min(g.weight_version for g in gens),
-            "choices": [{
-                "index": i,
-                "token_ids": gen.token_ids,
-                "logprobs": {"content": [{"token_id": t, "logprob": lp} for t, lp in zip(gen.token_ids, gen.logprobs)]},
-                "finish_reason": gen.finish_reason,
-                "weight_version": gen.weight_version,
-            } for i, gen in enumerate(gens)],
-        }
+        return {"request_id": uuid.uuid4().hex, **generate_answer(req.token_ids, list(gens))}
 
     @app.post("/inference/v1/score")
     async def score(req: ScoreRequest) -> dict:

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
-from composer_prime.transports.batches.schema import Sample
+from composer_prime.contract.batches import Sample
 
 if TYPE_CHECKING:  # annotations only: a config check loads this module without transformers or verifiers
     from transformers import PreTrainedTokenizerBase

@@ -26,21 +26,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.inference.engines.base import Scores
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    weight_version: int
+from composer_prime.contract.inference import Completion, Scores, completions
 
 
 class RefusedRequest(ValueError):
@@ -124,10 +115,9 @@ class InferenceClient:
                 if not f.done():
                     f.set_exception(e)
             return
-        for f, choice in zip(futures, body["choices"]):
+        for f, completion in zip(futures, completions(body)):
             if not f.done():  # a caller cancelled meanwhile
-                f.set_result(Completion(choice["token_ids"], [c["logprob"] for c in choice["logprobs"]["content"]],
-                                        choice["finish_reason"], int(choice.get("weight_version", body["weight_version"]))))
+                f.set_result(completion)
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
         """Top-k next-token log-probs at each position from `start` on (see `Engine.score`)."""

@@ -19,18 +19,18 @@ from pydantic import Field
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
+from composer_prime.contract.batches import Sample
+from composer_prime.contract.distill import Teacher
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient, RefusedRequest
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
 from composer_prime.orchestrator.teachers import history_before, teacher_view
-from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import TemplateError
 
 if TYPE_CHECKING:  # annotations only: a config check (every `rl` start) loads this module without verifiers,
     from transformers import PreTrainedTokenizerBase  # transformers or torch (about 3 s)
 
     from composer_prime.orchestrator.rollouts import Rollout
-    from composer_prime.trainer.loss.distill_teacher import Teacher
 
 
 class DistillConfig(Strict):

@@ -26,6 +26,7 @@ from transformers import AutoTokenizer
 
 from composer_prime.config import OrchestratorConfig
 from composer_prime.config.models import EnvConfig
+from composer_prime.contract.batches import Batch
 from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
@@ -33,7 +34,6 @@ from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
-from composer_prime.transports.batches.schema import Batch
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
 

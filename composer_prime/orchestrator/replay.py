@@ -9,8 +9,8 @@ Each step draws `pairs_per_step` pairs (a fresh shuffle of the dataset per pass,
 run's seed, so every pair comes round before any repeats) and adds each as two samples, chosen
 and rejected, for the trainer's `dpo` channel (trainer/loss/dpo.py): the token ids rendered by
 `traces.dataset.render` (the function the reference log-probs were computed with), weights on
-the reply's tokens, and `{pair, chosen, ref_logp}` from the dataset. Pairs longer than
-`seq_len` are skipped and counted.
+the reply's tokens, and a `PairRow` (composer_prime/contract/dpo.py) from the dataset. Pairs
+longer than `seq_len` are skipped and counted.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from pydantic import Field
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
+from composer_prime.contract.batches import Sample
+from composer_prime.contract.dpo import PairRow
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.traces.dataset import render
-from composer_prime.transports.batches.schema import Sample
 
 if TYPE_CHECKING:  # a config check (every `rl` start) loads this module: no transformers
     from transformers import PreTrainedTokenizerBase
@@ -75,7 +76,7 @@ class ReplayStep(Step):
                 n = len(ids)
                 batch.add(Sample(ids, [0.0] * n, [0.0] * n, {"dpo": [0.0] * start + [self.section.weight] * (n - start)},
                                  temperature=1.0, policy_version=batch.step,
-                                 channel_data={"dpo": {"pair": f"{i}@{k}", "chosen": side == "chosen",
-                                                       "ref_logp": float(row[f"ref_{side}_logps"])}}))
+                                 channel_data={"dpo": PairRow(pair=f"{i}@{k}", chosen=side == "chosen",
+                                                              ref_logp=float(row[f"ref_{side}_logps"]))}))
             added += 1
         return {"pairs": float(added), "too_long": float(too_long), "passes": float(self.passes)}

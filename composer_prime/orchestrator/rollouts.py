@@ -17,12 +17,12 @@ import verifiers.v1 as vf
 from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.batches import Sample
 from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.tasksets import messages
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.transports.batches.schema import Sample
 from composer_prime.utils.chat import continuation_ids, encode_chat
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from composer_prime.contract.distill import Teacher
 from composer_prime.env_runtime.turns import Turn, tool_message
 from composer_prime.utils.chat import TemplateError, suffix_ids
 
-if TYPE_CHECKING:  # a config check loads the distill step, which imports this: no transformers, no torch
+if TYPE_CHECKING:  # a config check loads the distill step, which imports this: no transformers
     from transformers import PreTrainedTokenizerBase
-
-    from composer_prime.trainer.loss.distill_teacher import Teacher
 
 
 def history_before(opening: list[dict], turns: list[Turn], k: int) -> list[dict]:
@@ -43,6 +42,4 @@ def teacher_view(tok: PreTrainedTokenizerBase, student_ids: list[int], turn_star
         raise TemplateError("the error turn does not follow the template's assistant header")
     inserted = suffix_ids(tok, before, render(history + [{"role": role, "content": hint}]), why) if hint else []
     ids = student_ids[:cut] + inserted + student_ids[cut:turn_end]
-    from composer_prime.trainer.loss.distill_teacher import Teacher  # torch: imported when the first hint lands
-
     return Teacher(input_ids=ids, start=turn_start + len(inserted), student_start=turn_start, length=turn_end - turn_start)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from composer_prime.contract.batches import Sample
 from composer_prime.trainer.prefix import SharedRows, layout, row_tokens, share, shared_logits
-from composer_prime.transports.batches.schema import Sample
 
 
 @dataclass

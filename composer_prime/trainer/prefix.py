@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from composer_prime.transports.batches.schema import Sample
+from composer_prime.contract.batches import Sample
 
 MASKED_ATTENTION = ("sdpa", "eager")  # implementations that take a custom 4-D float mask as given
 

@@ -14,13 +14,13 @@ import torch
 import torch.distributed as dist
 
 from composer_prime.config import TrainerConfig
+from composer_prime.contract.batches import Batch, SchemaError
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.prefix import sharable
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
-from composer_prime.transports.batches.schema import Batch, SchemaError
 from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from composer_prime.config import InferenceConfig, RLConfig
 from composer_prime.config.plan import plan
+from composer_prime.contract.batches import Batch, Sample, encode
 from composer_prime.transports.auth import TOKEN_FILE, curve_keys, make_keys
-from composer_prime.transports.batches.schema import Batch, Sample, encode
 from composer_prime.transports.batches.zmq import BatchReceiver, BatchSender
 from composer_prime.transports.weights import filesystem
 from tests.conftest import ROOT, free_port, start_until_ready

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from composer_prime.contract.batches import Batch, Sample
 from composer_prime.trainer.loss import token_logprobs
 from composer_prime.trainer.model import load_model
-from composer_prime.transports.batches.schema import Batch, Sample
 from composer_prime.transports.batches.zmq import BatchSender
 
 from tests.conftest import ROOT, free_port

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from composer_prime.inference.engines.base import Scores
+from composer_prime.contract.inference import Scores
 from composer_prime.orchestrator.client import InferenceClient
 
 IDS = [(11 * i) % 300 + 5 for i in range(24)]

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.inference.engines.base import Generation
+from composer_prime.contract.inference import Generation
 from composer_prime.inference.engines.vllm import VLLMEngine
 from composer_prime.model.tiny import build_random
 from composer_prime.model.tokenizer import build_tokenizer

@@ -9,8 +9,8 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.inference import Completion
 from composer_prime.env_runtime.tasksets import load_tasks
-from composer_prime.orchestrator.client import Completion
 from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.traces.record import read_steps

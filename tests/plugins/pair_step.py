@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from composer_prime.contract.batches import Sample
 from composer_prime.orchestrator.batch import BatchContext, Step
-from composer_prime.transports.batches.schema import Sample
 
 
 class PairConfig(BaseModel):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_prime.contract.batches import Sample, SchemaError
 from composer_prime.trainer.loss import Channel, LossInputs
-from composer_prime.transports.batches.schema import Sample, SchemaError
 
 
 class SpanConfig(BaseModel):

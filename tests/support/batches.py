@@ -1,6 +1,6 @@
 """A small valid batch, as the orchestrator sends it."""
 
-from composer_prime.transports.batches.schema import Batch, Sample
+from composer_prime.contract.batches import Batch, Sample
 
 
 def make_batch(step: int = 3) -> Batch:

@@ -10,12 +10,12 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from composer_prime.config.models import TrainerConfig
+from composer_prime.contract.batches import Batch, Sample
+from composer_prime.contract.distill import Teacher
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.loss import Context, Objective
-from composer_prime.trainer.loss.distill import Teacher
 from composer_prime.trainer.model import frozen_copy, full_state_dict, load_model, shard
 from composer_prime.trainer.train import train_step
-from composer_prime.transports.batches.schema import Batch, Sample
 
 
 def fixed_batch(distill: bool) -> Batch:

@@ -1,7 +1,7 @@
 """A scripted policy at the inference seam: it returns the token ids of fixed replies, so a test knows exactly which tokens the model produced."""
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.orchestrator.client import Completion
+from composer_prime.contract.inference import Completion
 
 
 class ScriptedPolicy:

@@ -3,36 +3,16 @@
 An engine turns prompt token ids into completion token ids plus one log-prob per completion
 token, scores a given sequence (top-k of the next-token distribution at each position: how a
 teacher's distribution reaches the trainer), and can swap its weights for a newer step
-without restarting. Log-probs follow one
-convention everywhere in composer-prime: they are log-probs of the distribution actually
-sampled from (logits divided by the temperature), so the trainer can recompute them exactly.
+without restarting. What it answers (`Generation`, `Scores`) is the contract's
+(composer_prime/contract/inference.py), as is the log-prob convention.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from composer_prime.config.sampling import SamplingParams
-
-
-@dataclass
-class Generation:
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float]  # one per completion token, under the sampling distribution
-    finish_reason: str  # "stop" | "length"
-    weight_version: int = 0  # stamped by the server: the version in force when the request came
-
-
-@dataclass
-class Scores:
-    """The next-token distribution at positions j in [start, len): the one predicting token_ids[j]."""
-
-    token_logprobs: list[float]  # log-prob of the actual token_ids[j]
-    top_ids: list[list[int]]  # k per position, by log-prob descending
-    top_logprobs: list[list[float]]
-    weight_version: int = 0
+from composer_prime.contract.inference import Generation, Scores
 
 
 def check_score_args(token_ids: list[int], start: int, top_k: int, temperature: float, max_model_len: int) -> None:

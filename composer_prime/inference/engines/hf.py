@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.inference.engines.base import Generation, Scores, check_score_args
+from composer_prime.contract.inference import Generation, Scores
+from composer_prime.inference.engines.base import check_score_args
 from composer_prime.inference.engines.sampling import sample_step
 
 

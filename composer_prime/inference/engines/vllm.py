@@ -10,7 +10,7 @@ The child is started with
   VLLM_SERVER_DEV_MODE=1                -> POST /collective_rpc and /reset_prefix_cache (weight swaps)
   --worker-extension-cls WorkerReload   -> the reload RPC, with a fix for tied LM heads on CPU
   --logprobs-mode processed_logprobs    -> log-probs of the temperature-scaled distribution,
-                                           the convention in `engines/base.py`
+                                           the convention in `contract/inference.py`
 
 Scoring uses /v1/completions' `prompt_logprobs`, which vLLM computes from the raw logits whatever
 the logprobs mode (prompt tokens skip the sampling processors), so only temperature 1 is served.
@@ -34,7 +34,8 @@ from pathlib import Path
 import httpx
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.inference.engines.base import Generation, Scores, check_score_args
+from composer_prime.contract.inference import Generation, Scores
+from composer_prime.inference.engines.base import check_score_args
 from composer_prime.utils.proc import die_with_parent
 from composer_prime.utils.safetensors_index import tensor_index
 

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from composer_prime.contract.batches import Batch, Sample, SchemaError
 from composer_prime.model.logprobs import token_logprobs  # every channel's helper; the warm start's too
-from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
 if TYPE_CHECKING:
     from composer_prime.config.models import LossConfig

@@ -18,8 +18,9 @@ the reverse KL's score-function gradient: the teacher's verdict on each written 
 per-token advantage, so a token the hinted teacher would not write is pushed down and the rest
 of the distribution is left alone (on-policy distillation, as in SDPO's sampled-token loss).
 
-What arrives per sample (`channel_data["distill"]`): one `Teacher` view per hinted error turn;
-distill_teacher.py scores them and keeps the EMA teacher.
+What arrives per sample (`channel_data["distill"]`): one `Teacher` view per hinted error turn
+(its type and checks: composer_prime/contract/distill.py); distill_teacher.py scores them and
+keeps the EMA teacher.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ import torch
 from pydantic import Field
 
 from composer_prime.config.base import Strict
+from composer_prime.contract.batches import Batch, Sample
+from composer_prime.contract.distill import teacher_views
 from composer_prime.trainer.loss import Channel, Context, LossInputs
-from composer_prime.trainer.loss.distill_teacher import Teacher, TeacherTargets, ema_update, teacher_targets
-from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
+from composer_prime.trainer.loss.distill_teacher import TeacherTargets, ema_update, teacher_targets
 
-__all__ = ["DistillChannel", "DistillLossConfig", "Teacher"]
+__all__ = ["DistillChannel", "DistillLossConfig"]
 
 
 class DistillLossConfig(Strict):
@@ -165,25 +167,8 @@ class DistillChannel(Channel):
                              'the served policy (use orchestrator.distill.teacher = "trainer")')
 
     def check(self, sample: Sample) -> None:
-        """Parse the teacher views and check each covers the student's own tokens."""
-        n, views = len(sample.input_ids), []
-        for i, t in enumerate(sample.channel_data["distill"]):
-            try:
-                t = t if isinstance(t, Teacher) else Teacher(**t)
-            except TypeError as e:
-                raise SchemaError(f"distill teachers[{i}]: {e}") from None
-            if t.length < 1 or t.start < 1 or t.student_start < 1 or t.student_start + t.length > n \
-                    or t.input_ids[t.start: t.start + t.length] != sample.input_ids[t.student_start: t.student_start + t.length]:
-                raise SchemaError(f"teachers[{i}]: its tokens {t.start}..{t.start + t.length} are not the student's "
-                                  f"{t.student_start}..{t.student_start + t.length}")
-            if t.top_ids and not (len(t.top_ids) == len(t.top_logprobs) == t.length):
-                raise SchemaError(f"teachers[{i}]: top-k lists need one row per position ({t.length})")
-            views.append(t)
-        sample.channel_data["distill"] = views
-        covered = {j for t in views for j in range(t.student_start, t.student_start + t.length)}
-        distill = {j for j, w in enumerate(sample.channel_weights.get("distill", [])) if w != 0}
-        if distill - covered:  # a distill token without a teacher would train on nothing, silently
-            raise SchemaError(f"distill weight on tokens without a teacher: {sorted(distill - covered)[:5]}")
+        """Parse the teacher views and check each covers the student's own tokens (the contract's check)."""
+        sample.channel_data["distill"] = teacher_views(sample)
 
     def begin(self, batch: Batch) -> None:
         """Whether any teacher of the whole batch is scored here: the same on every rank, so every

@@ -7,7 +7,8 @@ trainer holds exactly the weights being optimised (no staleness between teacher 
 sees the whole vocabulary rather than a top-k, and needs no extra network round trip; the cost
 is a forward over contexts that stop at the error turn. The other way is supported too: the
 orchestrator (`distill.teacher = "inference"`) asks the inference server for the prefill's
-top-k log-probs and ships them in `Teacher.top_ids/top_logprobs`; those are used as they are.
+top-k log-probs and ships them in `Teacher.top_ids/top_logprobs` (the view's type is the
+contract's: composer_prime/contract/distill.py); those are used as they are.
 
 Which weights score it (`trainer.loss.distill.teacher`): the current policy, the frozen initial
 one, or an exponential moving average of the policy. With the current policy the teacher moves
@@ -17,29 +18,11 @@ and stops pulling back; the average lags by about 1/rate steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class Teacher:
-    """One error turn seen by the teacher, as the orchestrator ships it in
-    `Sample.channel_data["distill"]`: the student's context with a hint inserted, followed by the
-    turn's own token ids. Teacher position `start + j` holds the same token as student position
-    `student_start + j` for j < length (checked on arrival, so nothing is re-tokenised).
-
-    Without `top_ids` the trainer scores `input_ids` itself (no-grad forward); with them the
-    teacher distribution was computed elsewhere (the inference server's prefill): its top-k token
-    ids and log-probs at each of the `length` positions.
-    """
-
-    input_ids: list[int]
-    start: int
-    student_start: int
-    length: int
-    top_ids: list[list[int]] = field(default_factory=list)
-    top_logprobs: list[list[float]] = field(default_factory=list)
+from composer_prime.contract.distill import Teacher
 
 
 @dataclass

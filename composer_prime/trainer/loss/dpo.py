@@ -8,7 +8,8 @@ weights), beta = 0.1 by default (TRL's), and the reference log-probs shipped wit
 
 A pair travels as two samples (rows) of the batch, each with `channel_data["dpo"] =
 {"pair": id, "chosen": bool, "ref_logp": float}` and the pair's weight on its response tokens
-(the same on both rows; a pair of weight 0 has no dpo tokens and contributes nothing).
+(the same on both rows; a pair of weight 0 has no dpo tokens and contributes nothing): the
+`PairRow` of composer_prime/contract/dpo.py, which checks it on arrival.
 
 The two rows of a pair may land in different micro-batches or ranks, and the loss is not a sum
 over them. So `begin` scores every dpo row once with the current policy (no grad), which gives
@@ -23,15 +24,14 @@ are the mean over pairs of w * L and of its gradient; nothing else is approximat
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_prime.contract.batches import Batch, Sample
+from composer_prime.contract.dpo import check_pairs, check_row, pair_weight
 from composer_prime.trainer.data import MicroBatch, collate
 from composer_prime.trainer.loss import Channel, Context, LossInputs, token_logprobs
-from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
 
 class DPOLossConfig(BaseModel):
@@ -62,26 +62,14 @@ class DPOChannel(Channel):
         return "sequences"
 
     def check(self, sample: Sample) -> None:
-        d = sample.channel_data["dpo"]
-        if not (isinstance(d, dict) and isinstance(d.get("pair"), str) and isinstance(d.get("chosen"), bool)):
-            raise SchemaError(f"dpo data must be {{pair: str, chosen: bool, ref_logp: float}}, got {str(d)[:80]}")
-        if not isinstance(d.get("ref_logp"), (int, float)) or not math.isfinite(d["ref_logp"]) or d["ref_logp"] > 0:
-            raise SchemaError(f"dpo pair {d['pair']}: ref_logp must be a finite log-prob (<= 0), got {d.get('ref_logp')!r}")
-        if len({w for w in sample.channel_weights.get("dpo", []) if w != 0}) > 1:
-            raise SchemaError(f"dpo pair {d['pair']}: one weight per row (the pair's), got several")
+        check_row(sample)
 
     def check_batch(self, batch: Batch) -> None:
-        rows: dict[str, list[tuple[bool, float]]] = {}
-        for s in batch.samples:
-            if "dpo" in s.channel_data:
-                rows.setdefault(s.channel_data["dpo"]["pair"], []).append((s.channel_data["dpo"]["chosen"], _weight(s)))
-        for pid, got in rows.items():
-            if sorted(c for c, _ in got) != [False, True] or got[0][1] != got[1][1]:
-                raise SchemaError(f"dpo pair {pid}: needs one chosen and one rejected row of equal weight, got {got}")
+        check_pairs(batch.samples)
 
     def begin(self, batch: Batch) -> None:
         """Score every weighted dpo row with the current policy; margins, losses and gradient coefficients per pair."""
-        rows = [s for s in batch.samples if "dpo" in s.channel_data and _weight(s) != 0]
+        rows = [s for s in batch.samples if "dpo" in s.channel_data and pair_weight(s) != 0]
         beta, self.pairs = self.cfg.beta, {}
         policy = self.ctx.policy
         with torch.no_grad():
@@ -117,6 +105,3 @@ class DPOChannel(Channel):
         # Statistics are divided by the channel's tokens: scaled here so that gives the mean per pair.
         return loss, {"dpo/accuracy": (right * (weight != 0)).sum() * self.tokens_per_pair}
 
-
-def _weight(s: Sample) -> float:
-    return max((abs(w) for w in s.channel_weights.get("dpo", [])), default=0.0)

@@ -21,7 +21,7 @@ import msgpack
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from composer_prime.transports.batches.schema import Batch, SchemaError, decode, encode
+from composer_prime.contract.batches import Batch, SchemaError, decode, encode
 
 # (public, secret, peer public), z85, from transports.auth.curve_keys; None = no CURVE (loopback only)
 CurveKeys = tuple[bytes, bytes, bytes] | None

@@ -9,14 +9,15 @@ import torch
 from transformers import AutoTokenizer
 
 from composer_prime.config.models import LossConfig
+from composer_prime.contract.batches import Batch, SchemaError, Sample, decode, encode
+from composer_prime.contract.distill import Teacher
 from composer_prime.env_runtime.turns import Turn, tool_message
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.trainer.data import collate
 from composer_prime.trainer.loss import Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import load_model
-from composer_prime.trainer.loss.distill import DistillChannel, DistillLossConfig, Teacher
+from composer_prime.trainer.loss.distill import DistillChannel, DistillLossConfig
 from composer_prime.trainer.loss.distill_teacher import teacher_targets
-from composer_prime.transports.batches.schema import Batch, SchemaError, Sample, decode, encode
 from composer_prime.utils.chat import continuation_ids, encode_chat
 
 SYSTEM = 'Use calc: <tool_call>{"name": "calc", "arguments": {"expr": "12 * 34"}}</tool_call> then reply with the result.'

@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from composer_prime.config.models import LossConfig
+from composer_prime.contract.batches import Batch, Sample, SchemaError
 from composer_prime.trainer.data import collate
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.loss.dpo import dpo_loss
-from composer_prime.transports.batches.schema import Batch, Sample, SchemaError
 
 BETA = 0.1
 

@@ -1,7 +1,7 @@
 import torch
 
+from composer_prime.contract.batches import Sample
 from composer_prime.trainer.data import collate, pack
-from composer_prime.transports.batches.schema import Sample
 
 
 def sample(n: int, tag: int) -> Sample:

@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from composer_prime.contract.batches import Sample
 from composer_prime.model.logprobs import token_logprobs
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.prefix import row_tokens, share
-from composer_prime.transports.batches.schema import Sample
 
 
 def sample(ids: list[int], weight_from: int) -> Sample:

@@ -4,7 +4,7 @@
 import msgpack
 import pytest
 
-from composer_prime.transports.batches.schema import Sample, SchemaError, decode, encode
+from composer_prime.contract.batches import Sample, SchemaError, decode, encode
 from tests.support.batches import make_batch
 
 

@@ -1,11 +1,11 @@
-"""What the orchestrator sends the trainer: typed, versioned, msgpack on the wire.
+"""Orchestrator -> trainer: the training batch, typed, versioned, msgpack on the wire.
 
 The trainer is algorithm-blind: per token it gets the sampling log-prob, the advantage and a
 weight per loss channel ("rl", "ce", "distill", "dpo", ...); it never sees rewards or tasks.
 All per-token lists are aligned with `input_ids` (position t describes token t). What a channel
 needs beyond its weights (distill's teacher views, dpo's pair and reference log-probs) travels
-in `Sample.channel_data[channel]`, opaque here: the channel's own module defines and checks it
-on arrival (trainer/loss/), so a new channel never changes this schema.
+in `Sample.channel_data[channel]`, opaque here: its type and checks are the channel's (this
+package's `distill` and `dpo`), so a new channel never changes this schema.
 """
 
 from __future__ import annotations

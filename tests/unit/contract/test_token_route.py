@@ -1,0 +1,19 @@
+"""The token route's answer as the server writes it and the orchestrator reads it back."""
+
+from composer_prime.contract.inference import Completion, Generation, completions, generate_answer
+
+
+def test_an_answer_reads_back_as_its_generations_in_order():
+    gens = [Generation([1, 2], [7, 8, 3], [-0.5, -1.25, -0.125], "stop", weight_version=4),
+            Generation([1, 2], [9], [-2.0], "length", weight_version=3)]
+    answer = generate_answer([1, 2], gens)
+    assert answer["weight_version"] == 3  # the oldest choice's
+    assert answer["choices"][0]["logprobs"]["content"][1] == {"token_id": 8, "logprob": -1.25}
+    assert completions(answer) == [Completion([7, 8, 3], [-0.5, -1.25, -0.125], "stop", 4),
+                                   Completion([9], [-2.0], "length", 3)]
+
+
+def test_a_choice_without_its_own_version_has_the_answers():
+    answer = generate_answer([1], [Generation([1], [5], [-0.25], "stop", weight_version=6)])
+    del answer["choices"][0]["weight_version"]  # as a server that stamps only the whole answer writes it
+    assert completions(answer) == [Completion([5], [-0.25], "stop", 6)]
