@@ -1,152 +1,93 @@
-"""The import structure of `composer_prime/`: no import circle, and no import upward or sideways
-across the declared layers (read from the source with `ast`; nothing is imported).
+"""The import structure of `composer_prime/`: no import circle, and every import goes one way,
+down a declared order of its packages (read from the source: tests/support/import_graph.py).
 
-Every import counts, also one inside a function: a lazy import still makes the importing module
-depend on the imported one. The layers, lowest first; a module may import its own unit and any
-lower layer. Units in one layer are separate processes (or the runtime they share) and import
-each other only through a declared contract.
+The rule: the packages stand in `ORDER`, lowest first, some side by side on one level; a module
+may import its own package and the packages of lower levels, and nothing else. Packages on one
+level are separate processes and never import each other: what they exchange is defined once,
+in `contract`, at the bottom, which every package may import and which imports none of them.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.support.import_graph import against_order, circles, imports, modules, unit
 
-LAYERS: list[set[str]] = [
-    {"contract"},  # what crosses a process boundary: importable by every unit, imports none
-    {"utils"},
-    {"transports"},
-    {"config"},
-    {"model"},
-    {"env_runtime"},  # running environments (the orchestrator and the hub tooling use it)
-    {"traces"},  # agent traces: ingest, replay, pairs, datasets (reads tool calls as the environments write them)
-    {"inference", "trainer", "orchestrator"},
-    {"hub"},  # `composer-prime env ...`: scaffold, validate, eval, build, publish, install
-    {"entrypoints"},
+ORDER: list[tuple[str, ...]] = [
+    ("contract",),  # what crosses a process boundary (batches, channel data, inference answers)
+    ("utils",),
+    ("transports",),  # moving bytes: batches over ZMQ, weights over a filesystem or SHARDCAST
+    ("config",),
+    ("model",),
+    ("env_runtime",),  # running environments (the orchestrator and the hub tooling use it)
+    ("traces",),  # agent traces: ingest, replay, pairs, datasets (reads tool calls as the environments write them)
+    ("inference", "trainer", "orchestrator"),  # the three processes: they meet only through the contract
+    ("hub",),  # `composer-prime env ...`: scaffold, validate, eval, build, publish, install
+    ("entrypoints",),
 ]
-
-# A unit may import these modules of a peer: none, now that what crosses a process is the contract's.
-CONTRACTS: dict[str, set[str]] = {}
-
-# Upward imports being removed on other branches; each entry goes when its fix merges (the test
-# fails on an entry that no longer occurs, so the list cannot go stale).
-KNOWN: set[tuple[str, str]] = set()
-
-
-def modules(root: Path) -> dict[str, Path]:
-    out = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
-
-
-def imports(root: Path) -> set[tuple[str, str]]:
-    """(importer, imported) for every import of a module of the package named like `root`."""
-    mods, package = modules(root), root.name
-    edges = set()
-    for name, path in mods.items():
-        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    base = ".".join(parent + ([base] if base else []))
-                # `from pkg import mod` depends on pkg.mod; the parent package's __init__ runs for any
-                # import of pkg.mod, so it is no edge of its own (as with `import pkg.mod`)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
-            else:
-                continue
-            for target in targets:
-                while target not in mods and "." in target:  # `from pkg.mod import name`: the module
-                    target = target.rpartition(".")[0]
-                if target in mods and target != name and target.startswith(package + "."):
-                    edges.add((name, target))
-    return edges
-
-
-def circles(edges: set[tuple[str, str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    graph: dict[str, list[str]] = {}
-    for a, b in sorted(edges):
-        graph.setdefault(a, []).append(b)
-        graph.setdefault(b, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
-def unit(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else ""
-
-
-def upward(edges: set[tuple[str, str]], layers: list[set[str]], contracts: dict[str, set[str]]) -> set[tuple[str, str]]:
-    rank = {u: i for i, layer in enumerate(layers) for u in layer}
-    bad = set()
-    for a, b in edges:
-        ua, ub = unit(a), unit(b)
-        if ua == ub or not ua or not ub:
-            continue
-        if ua not in rank or ub not in rank:
-            bad.add((a, b))  # a new top-level package must be given a layer
-        elif rank[ub] >= rank[ua] and not any(b.startswith(c) and ua in who for c, who in contracts.items()):
-            bad.add((a, b))
-    return bad
 
 
 def test_composer_prime_has_no_import_circle():
     assert circles(imports(ROOT / "composer_prime")) == []
 
 
-def test_composer_prime_imports_only_downward():
-    bad = upward(imports(ROOT / "composer_prime"), LAYERS, CONTRACTS)
-    assert sorted(bad - KNOWN) == [], "upward or sideways imports"
-    assert sorted(KNOWN - bad) == [], "fixed: remove these from KNOWN"
+def test_composer_prime_imports_only_down_the_order():
+    assert sorted(against_order(imports(ROOT / "composer_prime"), ORDER)) == []
 
 
-def test_the_checks_find_a_circle_and_an_upward_import(tmp_path):
-    pkg = tmp_path / "pkg"
-    for rel, text in {"__init__.py": "", "low/__init__.py": "", "high/__init__.py": "",
-                      "low/a.py": "def f():\n    from pkg.high import b\n",  # lazy: still an edge
-                      "low/c.py": "from . import a\n",
-                      "high/b.py": "from pkg.low.c import x\n"}.items():
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(text)
+def test_every_package_has_its_place_in_the_order():
+    placed = [u for level in ORDER for u in level]
+    assert sorted({unit(m) for m in modules(ROOT / "composer_prime")} - {""}) == sorted(placed)
+    assert len(placed) == len(set(placed))
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "pkg"
+
+
+def test_the_checks_find_a_sideways_import_circles_and_literal_loads(tmp_path):
+    pkg = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/contract/__init__.py": "from pkg.contract.wire import Teacher\n",  # a thin re-export: no circle
+        "pkg/contract/wire.py": "class Teacher: ...\n",
+        "pkg/trainer/__init__.py": "",
+        "pkg/trainer/loss.py": "from pkg.contract.wire import Teacher\n",  # runs pkg.contract's __init__: no edge
+        "pkg/trainer/cli.py": "from importlib import import_module\n\n\ndef load(name):\n"
+                              "    return import_module(f'pkg.contract.{name}')\n",  # every module it can name
+        "pkg/orchestrator/__init__.py": "",
+        "pkg/orchestrator/teachers.py": "def view():\n    from pkg.trainer.loss import Teacher\n",  # lazy: still an edge
+        "pkg/orchestrator/steps.py": "import importlib\n\nSTEPS = importlib.import_module('pkg.orchestrator.teachers')\n",
+        "pkg/orchestrator/a.py": "import pkg.orchestrator.b\n",
+        "pkg/orchestrator/b.py": "a = __import__('pkg.orchestrator.a')\n",
+        "pkg/shard/__init__.py": "from pkg.shard.origin import Origin\n",  # re-exports a submodule ...
+        "pkg/shard/origin.py": "from pkg.shard import payload\n",  # ... that imports the package back
+        "pkg/shard/payload.py": "",
+        "pkg/shard/store.py": "from .payload import pack\n",
+    })
     edges = imports(pkg)
-    assert edges == {("pkg.low.a", "pkg.high.b"), ("pkg.low.c", "pkg.low.a"), ("pkg.high.b", "pkg.low.c")}
-    assert circles(edges) == [["pkg.high.b", "pkg.low.a", "pkg.low.c"]]
-    assert upward(edges, [{"low"}, {"high"}], {}) == {("pkg.low.a", "pkg.high.b")}
-    assert upward(edges, [{"low", "high"}], {}) == {("pkg.low.a", "pkg.high.b"), ("pkg.high.b", "pkg.low.c")}  # peers
-    assert upward(edges, [{"low", "high"}], {"pkg.low.c": {"high"}, "pkg.high": {"low"}}) == set()  # contracts
+    assert edges == {
+        ("pkg.contract", "pkg.contract.wire"),
+        ("pkg.trainer.loss", "pkg.contract.wire"),
+        ("pkg.trainer.cli", "pkg.contract.wire"),
+        ("pkg.orchestrator.teachers", "pkg.trainer.loss"),
+        ("pkg.orchestrator.steps", "pkg.orchestrator.teachers"),
+        ("pkg.orchestrator.a", "pkg.orchestrator.b"),
+        ("pkg.orchestrator.b", "pkg.orchestrator.a"),
+        ("pkg.shard", "pkg.shard.origin"),
+        ("pkg.shard.origin", "pkg.shard.payload"),
+        ("pkg.shard.origin", "pkg.shard"),
+        ("pkg.shard.store", "pkg.shard.payload"),
+    }
+    assert circles(edges) == [["pkg.orchestrator.a", "pkg.orchestrator.b"], ["pkg.shard", "pkg.shard.origin"]]
+    order = [("contract",), ("shard",), ("trainer", "orchestrator")]
+    assert against_order(edges, order) == {("pkg.orchestrator.teachers", "pkg.trainer.loss")}  # peers: sideways
+    assert against_order(edges, [("trainer", "orchestrator"), ("contract", "shard")]) == {  # upward
+        ("pkg.trainer.loss", "pkg.contract.wire"), ("pkg.trainer.cli", "pkg.contract.wire"),
+        ("pkg.orchestrator.teachers", "pkg.trainer.loss")}
+    assert against_order(edges, [("contractual",), ("shard",), ("trainer", "orchestrator")]) == {  # names match exactly
+        ("pkg.trainer.loss", "pkg.contract.wire"), ("pkg.trainer.cli", "pkg.contract.wire"),
+        ("pkg.orchestrator.teachers", "pkg.trainer.loss")}
