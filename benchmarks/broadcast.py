@@ -41,7 +41,9 @@ sys.path.insert(0, str(ROOT))
 from composer_prime.transports.weights.shardcast.client import Downloader  # noqa: E402
 from composer_prime.transports.weights.shardcast.manifest import load_or_create_key, public_hex  # noqa: E402
 from composer_prime.transports.weights.shardcast.origin import Origin  # noqa: E402
+from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 
 SHARD = 50_000_000  # SHARDCAST's default shard size, for both systems
@@ -229,7 +231,7 @@ def delta_bytes(work: Path, last: int) -> list[dict]:
     return rows
 
 
-def time_size(work: Path, mb: int, clients: int, repeats: int) -> dict:
+def time_size(work: Path, mb: int, clients: int, repeats: int, progress: Progress) -> dict:
     """`repeats` timings of each system on one step of `mb` MB; the systems take turns within a repeat."""
     systems = {"cp_parallel_s": run_cp, "ours_s": run_ours, "shardcast_s": run_shardcast}
     times: dict[str, list[float]] = {name: [] for name in systems}
@@ -243,6 +245,7 @@ def time_size(work: Path, mb: int, clients: int, repeats: int) -> dict:
                 os.sync()
                 times[name].append(fn(scratch, step, clients))
                 shutil.rmtree(scratch)
+                progress.advance(note=f"{mb} MB")
     row = {"size_mb": mb, "clients": clients, "repeats": repeats, **{name: spread(ts) for name, ts in times.items()}}
     row["ours_vs_cp"] = round(row["ours_s"]["median"] / row["cp_parallel_s"]["median"], 2)
     row["shardcast_vs_ours"] = round(row["shardcast_s"]["median"] / row["ours_s"]["median"], 2)
@@ -259,6 +262,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-broadcast")
     a = p.parse_args()
+    setup("broadcast", stderr=True)  # the progress lines; the tables go to stdout
     try:
         sizes = [int(x) for x in a.sizes.split(",")]
     except ValueError:
@@ -268,9 +272,10 @@ def main() -> None:
     a.work = a.work.resolve()  # the quickstart run of the delta table starts in the repository root
     a.work.mkdir(parents=True, exist_ok=True)
     results = []
-    for mb in sizes:
-        results.append(time_size(a.work, mb, a.clients, a.repeats))
-        print(results[-1], flush=True)
+    with Progress("broadcast", len(sizes) * a.repeats * 3, "timings") as progress:  # 3 systems
+        for mb in sizes:
+            results.append(time_size(a.work, mb, a.clients, a.repeats, progress))
+            progress.echo(str(results[-1]), file=sys.stdout)
     deltas = delta_bytes(a.work, a.delta_steps)
     a.results.mkdir(parents=True, exist_ok=True)
     out = a.results / "broadcast.json"

@@ -37,7 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
 ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
         'eval_args = {split = "eval", num_tasks = 200, max_operand = 99}}]')
 DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
@@ -151,28 +153,32 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "distill-ab")
     a = p.parse_args()
+    setup("distill_ab", stderr=True)  # the progress lines; the table goes to stdout
     arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
     if unknown := [x for x in arms if x not in ARMS]:
         sys.exit(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
     work = a.work.resolve()
     agent = warm_start(work, a.demos, a.sft_steps)
     results: dict = {arm: {} for arm in arms}
-    for seed in [int(s) for s in a.seeds.split(",")]:
-        for arm in arms:
-            flags = arm_flags(arm, a)
-            run_dir = work / f"{arm}-s{seed}"
-            t0 = time.time()
-            cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
-                   "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
-                   "--orchestrator.envs", ENVS, *flags]
-            if not finished(run_dir, cmd[3:]):
-                run(cmd + ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
-                    work / f"{arm}-s{seed}.log")
-                (run_dir / "ab-command.json").write_text(json.dumps(cmd[3:]))
-            results[arm][seed] = evals(run_dir)
-            last = results[arm][seed][-1]
-            print(f"{arm:20s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} -> "
-                  f"{last['tool_error_rate']:.3f}, reward {last['reward']:.3f} ({time.time() - t0:.0f}s)", flush=True)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    with Progress("distill_ab", len(seeds) * len(arms), "runs") as progress:
+        for seed in seeds:
+            for arm in arms:
+                flags = arm_flags(arm, a)
+                run_dir = work / f"{arm}-s{seed}"
+                t0 = time.time()
+                cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+                       "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
+                       "--orchestrator.envs", ENVS, *flags]
+                if not finished(run_dir, cmd[3:]):
+                    run(cmd + ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
+                        work / f"{arm}-s{seed}.log")
+                    (run_dir / "ab-command.json").write_text(json.dumps(cmd[3:]))
+                results[arm][seed] = evals(run_dir)
+                last = results[arm][seed][-1]
+                progress.echo(f"{arm:20s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} "
+                              f"-> {last['tool_error_rate']:.3f}, reward {last['reward']:.3f} ({time.time() - t0:.0f}s)", file=sys.stdout)
+                progress.advance()
     summary = summarise(results)
     print(f"\n| arm | held-out tool-error rate, start -> end (mean of {len(results[BASELINE])} seeds) "
           "| held-out reward at end | collapsed seeds | over GRPO (target <= 0.5) |")

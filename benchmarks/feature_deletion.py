@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 
+from composer_prime.utils.logs import setup  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
 from feature_deletion.candidates import Settings  # noqa: E402
 from feature_deletion.redteam import audit, summary  # noqa: E402
 from feature_deletion.scoring import score_task  # noqa: E402
@@ -56,7 +58,7 @@ def check_task(task_dir: Path) -> dict:
     return row
 
 
-def source_row(root: Path, entry: dict) -> dict:
+def source_row(root: Path, entry: dict, progress: Progress) -> dict:
     row = {"source": entry["source"], "status": entry["status"], "error": entry.get("error")}
     if entry["status"] != "ok":
         return row
@@ -66,8 +68,9 @@ def source_row(root: Path, entry: dict) -> dict:
     for t in m["tasks"]:
         checks.append(check_task(root / entry["dir"] / "tasks" / t["id"]))
         c = checks[-1]
-        print(f"  scored {entry['slug']}/{c['id']}: broken {c['broken_reward']} ({c['broken_s']} s), "
-              f"restored {c['restored_reward']} ({c['restored_s']} s)", flush=True)
+        progress.echo(f"  scored {entry['slug']}/{c['id']}: broken {c['broken_reward']} ({c['broken_s']} s), "
+                      f"restored {c['restored_reward']} ({c['restored_s']} s)", file=sys.stdout)
+        progress.advance()
     return {**row, "tests": r["tests_collected"], "stable_passing": r["tests_stable_passing"],
             "functions": r["candidates"], "passed_filters": r["passed_filters"], "evaluated": r["evaluated"],
             "accepted": r["accepted"], "rejected": r["rejected"], "gate_rejections": r["gate_rejections"],
@@ -77,20 +80,26 @@ def source_row(root: Path, entry: dict) -> dict:
 
 
 def main() -> None:
+    setup("feature_deletion", stderr=True)  # the progress lines; the tables go to stdout
     sources = parse_sources(Path(arg("--sources", str(ROOT / "benchmarks" / "feature_deletion_sources.txt"))))
     out = Path(arg("--work", str(ROOT / "outputs" / "bench" / "feature-deletion")))
     max_tasks = int(arg("--max-tasks", "5"))
     jobs = int(arg("--jobs", "0")) or None
     start = time.perf_counter()
-    index = build_many(sources, out, seed=0, max_tasks=max_tasks, jobs=jobs, settings=Settings(),
-                       retry_failed="--retry-failed" in sys.argv)
+    # no live line for the build: its worker processes write to this terminal
+    with Progress("build", None, "sources", live=False) as progress:
+        index = build_many(sources, out, seed=0, max_tasks=max_tasks, jobs=jobs, settings=Settings(),
+                           retry_failed="--retry-failed" in sys.argv, log=progress.echo, progress=progress.update)
     build_s = time.perf_counter() - start
-    rows = [source_row(out, e) for e in index["sources"]]
+    with Progress("sandbox checks", len(index["tasks"]), "tasks") as progress:
+        rows = [source_row(out, e, progress) for e in index["sources"]]
     red = None
     if "--skip-redteam" not in sys.argv:
         attacks = arg("--attacks", None)
-        red = summary(audit(out, n=len([r for r in rows if r["status"] == "ok"]), attacks=attacks.split(",") if attacks else None,
-                            log=lambda m: print(m, flush=True)))
+        with Progress("red team", None, "attacks") as progress:
+            red = summary(audit(out, n=len([r for r in rows if r["status"] == "ok"]),
+                                attacks=attacks.split(",") if attacks else None,
+                                log=lambda m: progress.echo(m, file=sys.stdout), progress=progress.update))
     result = {"machine": f"cores={os.cpu_count()}", "python": sys.version.split()[0], "max_tasks": max_tasks,
               "attacks": arg("--attacks", "all"),
               "build_wall_s": round(build_s, 1), "sources": rows, "redteam": red}

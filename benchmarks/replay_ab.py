@@ -46,8 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_ab import ARMS, ENVS, ROOT, evals, finished, plot, run, warm_start  # noqa: E402
 from support.heldout import EVAL_SEEDS, healthy  # noqa: E402
 
+from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 from composer_prime.utils.proc import die_with_parent  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
 
 PRICES = [(0.1, 0.4), (0.5, 2.0), (3.0, 15.0)]  # $ per million tokens in / out, weakest teacher first
 GRPO = ARMS["grpo"]  # distill off, the rl channel alone
@@ -166,6 +168,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "replay-ab")
     a = p.parse_args()
+    setup("replay_ab", stderr=True)  # the progress lines; the tables go to stdout
     work, extra = a.work.resolve(), a.rl_flags.split()
     config = ["@", "configs/tool-calc-distill.toml"]
     student = warm_start(work, a.demos, a.sft_steps)
@@ -198,16 +201,20 @@ def main() -> None:
             "grpo+replay-dpo": ["@", "configs/replay.toml", *DPO, "--orchestrator.replay.dataset", str(dataset), *extra]}
     results: dict = {arm: {} for arm in arms}
     dpo: dict = {}
-    for seed in [int(s) for s in a.seeds.split(",")]:
-        for arm, flags in arms.items():
-            t0, run_dir = time.time(), work / f"{arm}-s{seed}"
-            rl(config, student, run_dir, seed, a.steps, flags, work / f"{arm}-s{seed}.log")
-            results[arm][seed] = evals(run_dir)
-            if arm != "grpo":
-                dpo[seed] = dpo_curve(run_dir)
-            first, last = results[arm][seed][0], results[arm][seed][-1]
-            print(f"{arm:16s} seed {seed}: held-out reward {first['reward']:.3f} -> {last['reward']:.3f}, tool-error rate "
-                  f"{first['tool_error_rate']:.3f} -> {last['tool_error_rate']:.3f} ({time.time() - t0:.0f}s)", flush=True)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    with Progress("replay_ab", len(seeds) * len(arms), "runs") as progress:
+        for seed in seeds:
+            for arm, flags in arms.items():
+                t0, run_dir = time.time(), work / f"{arm}-s{seed}"
+                rl(config, student, run_dir, seed, a.steps, flags, work / f"{arm}-s{seed}.log")
+                results[arm][seed] = evals(run_dir)
+                if arm != "grpo":
+                    dpo[seed] = dpo_curve(run_dir)
+                first, last = results[arm][seed][0], results[arm][seed][-1]
+                progress.echo(f"{arm:16s} seed {seed}: held-out reward {first['reward']:.3f} -> {last['reward']:.3f}, tool-error "
+                              f"rate {first['tool_error_rate']:.3f} -> {last['tool_error_rate']:.3f} ({time.time() - t0:.0f}s)",
+                              file=sys.stdout)
+                progress.advance()
 
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     summary = {arm: {"start_reward": mean([r[0]["reward"] for r in runs.values()]),

@@ -50,7 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.support.heldout import evaluate_runs  # noqa: E402
 from benchmarks.support.timed import run_timed  # noqa: E402
+from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
 from composer_prime.utils.report import time_breakdown  # noqa: E402
 
 GROUP, LR, WARMUP, MAX_TOKENS = 8, 1e-4, 10, 16
@@ -233,6 +235,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "vs-trl")
     a = p.parse_args()
+    setup("vs_trl", stderr=True)  # the progress lines; the tables go to stdout
     if a.summarise:
         summarise(json.loads((a.results / "vs_trl.json").read_text()), a.threshold)
         return
@@ -247,18 +250,21 @@ def main() -> None:
     systems = [f"ours-{e}" for e in engines] + ["trl"]
     results: dict = {"threshold": a.threshold, "budget_s": a.budget, "batch": a.batch, "eval_tasks": a.eval_tasks,
                      "eval_every": a.eval_every, "systems": systems, **{name: [] for name in systems}, "overlap": {}}
-    for seed in seeds:
-        for name in systems:
-            r = {"seed": seed, **(run_trl(a, seed) if name == "trl" else run_ours(a, seed, name.split("-")[1]))}
-            results[name].append(r)
-            print(f"{name} seed {seed}: {r['steps']} steps, {len(r['checkpoints'])} checkpoints, "
-                  f"{r['completions_per_s']:.1f} completions/s, peak {r['peak_rss_mb']:.0f} MB", flush=True)
-    if not a.no_overlap:
-        for e in engines:
+    overlap_runs = [] if a.no_overlap else engines
+    with Progress("vs_trl", len(seeds) * len(systems) + len(overlap_runs), "runs") as progress:
+        for seed in seeds:
+            for name in systems:
+                r = {"seed": seed, **(run_trl(a, seed) if name == "trl" else run_ours(a, seed, name.split("-")[1]))}
+                results[name].append(r)
+                progress.echo(f"{name} seed {seed}: {r['steps']} steps, {len(r['checkpoints'])} checkpoints, "
+                              f"{r['completions_per_s']:.1f} completions/s, peak {r['peak_rss_mb']:.0f} MB", file=sys.stdout)
+                progress.advance()
+        for e in overlap_runs:
             sync = run_ours(a, seeds[0], e, async_level=0)
             results["overlap"][f"ours-{e}"] = overlap(results[f"ours-{e}"][0]["breakdown"], sync["breakdown"])
             results[f"ours-{e}"][0]["breakdown_sync"] = sync["breakdown"]
             shutil.rmtree(a.work / f"ours-{e}-{seeds[0]}-sync" / "weights", ignore_errors=True)
+            progress.advance(note=f"ours-{e} synchronous")
     print("evaluating every kept checkpoint (off the clock)", flush=True)
     runs = [r for name in systems for r in results[name]]
     evaluate_runs(runs, a.work, a.eval_tasks, MAX_TOKENS)

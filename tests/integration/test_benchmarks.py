@@ -6,6 +6,7 @@ A documented benchmark command that stops working fails here."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,10 @@ SMALLEST = {
                        "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
 }
 SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion"}  # the ones that take --work
+# per benchmark: the counts its outer loops reach at those settings, read from their last progress lines on stderr
+PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3, 3)},  # 3 systems timed once
+            "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
+            "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)}}
 
 
 def sources_file(*sources: Path) -> Path:
@@ -60,6 +65,9 @@ def run(name: str, tmp_path: Path) -> dict:
     cmd += ["--work", str(scratch)] if name in SCRATCH else []
     r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
+    last = {label: (int(done), int(total)) for label, done, total in
+            re.findall(rf"^\[{name}\] ([\w ]+): (\d+)/(\d+) \w+ \(\d+%\) \|.* done in ", r.stderr, re.M)}
+    assert last == PROGRESS[name], r.stderr[-3000:]
     return json.loads((results / f"{name}.json").read_text())
 
 
