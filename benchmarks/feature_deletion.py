@@ -13,7 +13,7 @@ collected and stable, functions considered, tasks accepted, rejections by reason
 copied in exactly 1.0. Then the red team (feature_deletion.redteam) on one task of every source.
 `--attacks` limits the red team to those attacks (default: all; the three that wait for a
 limit, fork_bomb, memory_hog and infinite_loop, cost a scoring timeout each).
-Writes <results>/feature_deletion.json and prints the README's tables.
+Writes <results>/feature_deletion.json and prints the tables of benchmarks/README.md#feature_deletion.
 """
 
 from __future__ import annotations

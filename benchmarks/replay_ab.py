@@ -20,7 +20,7 @@ The whole trace-replay flow (docs/traces.md), on the tiny model:
    samples every 5 steps); the dpo arm adds `@ configs/replay.toml` (8 pairs per step, weight 1,
    beta 0.1) on that dataset. Same seeds, steps, batch and held-out set. No setting was tuned for
    either arm (lr, pairs per step and the gate's 0.5 nats are the first values tried). The
-   committed result ran `--seeds 0,1,2,3,4,5` (README "Trace replay", docs/traces.md).
+   committed result ran `--seeds 0,1,2,3,4,5` (benchmarks/README.md#replay_ab, docs/traces.md).
 Each served model is also scored on the held-out questions through the chat route, greedy (as it
 answers the replay) and sampled, to show how strong the teachers are.
 
