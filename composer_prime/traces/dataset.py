@@ -29,12 +29,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer_prime.env_runtime.tool_calls import parse_tool_call
+from composer_prime.traces.record import read_jsonl
+from composer_prime.utils.fs import check_writable_dir
 from composer_prime.utils.chat import TemplateError, suffix_ids
 
 if TYPE_CHECKING:  # the replay step imports `render` from here at every config check: no transformers then
@@ -124,13 +127,26 @@ def reference_logps(rows: list[dict], model_dir: str, tok: PreTrainedTokenizerBa
                 r[f"ref_{side}_logps"] = float(lp)
 
 
+def check_out(out: Path) -> None:
+    """Before any work: `--out` must be a directory this process can write: new, empty, or an
+    earlier run's dataset (replaced). ValueError in one line otherwise."""
+    try:
+        check_writable_dir(out)
+    except OSError as e:
+        raise ValueError(f"--out: {e}") from None
+    if out.is_dir() and any(out.iterdir()) and not (out / "dataset_info.json").is_file():
+        raise ValueError(f"--out {out} holds something other than a dataset; name a new directory")
+
+
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from composer_prime.model.resolve import resolve_model
 
+    out = Path(args.out)
     try:
-        pairs = [json.loads(ln) for ln in Path(args.pairs).read_text().splitlines() if ln.strip()]
+        pairs = read_jsonl(Path(args.pairs))
+        check_out(out)
         model_dir = resolve_model(args.model)
         tok = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as e:
@@ -143,7 +159,11 @@ def run(args: argparse.Namespace) -> int:
     reference_logps(rows, model_dir, tok)
     from datasets import Dataset
 
-    Dataset.from_list(rows).save_to_disk(args.out)
+    tmp = out.with_name(f".{out.name}.partial")  # written beside, then renamed: never half a dataset at --out
+    shutil.rmtree(tmp, ignore_errors=True)
+    Dataset.from_list(rows).save_to_disk(str(tmp))
+    shutil.rmtree(out, ignore_errors=True)  # empty, or an earlier run's dataset (check_out)
+    tmp.rename(out)
     print(f"{len(rows)} of {len(pairs)} pairs kept -> {args.out}" + (f" (dropped: {dict(sorted(dropped.items()))})" if dropped else ""))
     return 0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from composer_prime.traces import claude_code, openai_chat
 from composer_prime.traces.record import Step, write_steps
+from composer_prime.utils.fs import check_writable_file
 
 SUFFIXES = (".jsonl", ".json")
 
@@ -88,12 +89,11 @@ def table(rows: list[dict]) -> str:
 
 
 def check_out(out: Path) -> None:
-    """Before any work: `--out` must be a file path whose nearest existing parent is a directory."""
-    if out.is_dir():
-        raise IngestError(f"--out {out} is a directory; name a file")
-    parent = next(p for p in out.parents if p.exists())
-    if not parent.is_dir():
-        raise IngestError(f"--out {out}: {parent} is not a directory")
+    """Before any work: `--out` must be a file this process can write."""
+    try:
+        check_writable_file(out)
+    except OSError as e:
+        raise IngestError(f"--out: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,5 +65,30 @@ def write_steps(steps: list[Step], path: Path) -> None:
     tmp.replace(path)
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """Every line of a JSONL file, an object each; else ValueError in one line naming the file (and line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(rows[-1], dict):
+            raise ValueError(f"{path}:{n}: not a JSON object")
+    return rows
+
+
 def read_steps(path: Path) -> list[Step]:
-    return [Step(**json.loads(ln)) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    """The steps `traces ingest` wrote; ValueError in one line naming the file otherwise."""
+    try:
+        return [Step(**row) for row in read_jsonl(path)]
+    except TypeError as e:
+        raise ValueError(f"{path}: not steps from `traces ingest` ({e})") from None

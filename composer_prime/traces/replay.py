@@ -35,6 +35,7 @@ from composer_prime.traces.gate import StudentGate
 from composer_prime.traces.pairs import key, make_pair
 from composer_prime.traces.record import Step, read_steps
 from composer_prime.traces.teachers import Answer, Teacher, TeacherError, TeachersFile, load_teachers
+from composer_prime.utils.fs import check_writable_dir
 from composer_prime.utils.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -165,8 +166,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         steps = read_steps(Path(args.steps))
         cfg = load_teachers(Path(args.teachers))
-    except (OSError, ValueError, TypeError) as e:  # a missing or malformed file: one line
-        print(f"error: {getattr(e, 'filename', None) or ''}{': ' if getattr(e, 'filename', None) else ''}{e}", file=sys.stderr)
+    except ValueError as e:  # a missing or malformed file: one line naming it
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        check_writable_dir(Path(args.out))  # before a call is paid for
+    except OSError as e:
+        print(f"error: --out: {e}", file=sys.stderr)
         return 2
     gate = None
     if args.gate_url:

@@ -24,6 +24,15 @@ def check_writable_dir(path: Path) -> None:
         raise PermissionError(f"{probe} is not writable" + ("" if probe == path else f" (on the way to {path})"))
 
 
+def check_writable_file(path: Path) -> None:
+    """Raise OSError unless `path` can be written as a file: not a directory, in a directory this
+    process can write or create."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; name a file")
+    check_writable_dir(path.parent)
+
+
 def check_readable_data(path: Path) -> None:
     """Raise OSError unless `path` is a readable file (JSONL) or a saved `datasets` directory."""
     p = Path(path).expanduser()

@@ -1,21 +1,22 @@
 """Bad input, as a new user types it: every command answers with one line naming what is wrong,
 exit code 2, no traceback, and writes nothing.
 
-Each row runs the real command as a subprocess; its expected text is part of the line (the line's
-end where it ends in `$`). Checks made at config time run with --dry-run;
+Each row runs the real command as a subprocess (tests/support/bad_input.py: its expected text is
+part of the line, or its end where it ends in `$`). Checks made at config time run with --dry-run;
 a port in use is a real socket listening; output paths point into the test's own directory,
-which must not exist afterwards. (Environment rows live with the environment runtime's tests.)
+which must not exist afterwards. (Environment rows live with the environment runtime's tests;
+the tools' `composer-prime traces|env` rows in test_bad_input_tools.py.)
 """
 
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import free_port
+from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 
 OUT = {"rl": "--output_dir", "inference": "--output_dir", "orchestrator": "--output_dir", "trainer": "--output_dir",
        "sft": "--output_dir", "relay": "--data_dir"}
@@ -88,20 +89,10 @@ def taken_port():
         yield s.getsockname()[1]
 
 
-def fill(text: str, subs: dict[str, str]) -> str:
-    for k, v in subs.items():
-        text = text.replace("{" + k + "}", v)
-    return text
-
-
 @pytest.mark.parametrize("command, args, expected", ROWS, ids=[f"{c} {' '.join(a)}" for c, a, _ in ROWS])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(command, args, expected, tmp_path, taken_port):
-    (tmp_path / "a-file").write_text("not a directory")
-    (tmp_path / "a-dir").mkdir()
-    (tmp_path / "ok.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}, '
-                                       '{"role": "assistant", "content": "hello"}]}\n')
-    subs = {"tmp": str(tmp_path), "file": str(tmp_path / "a-file"), "dir": str(tmp_path / "a-dir"),
-            "jsonl": str(tmp_path / "ok.jsonl"), "port": str(taken_port)}
+    subs = {**scaffold(tmp_path), "port": str(taken_port)}
+    made = listing(tmp_path)
     argv = [fill(a, subs) for a in args]
     if command in OUT and OUT[command] not in argv:  # any output lands where the test can see it
         argv += [OUT[command], str(tmp_path / "run")]
@@ -109,15 +100,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(command, args, expected
         argv += ["--inference.port" if command == "rl" else "--port", str(free_port())]
     if command in ("rl", "trainer") and "--transport.address" not in argv:
         argv += ["--transport.address", f"tcp://127.0.0.1:{free_port()}"]
-    r = subprocess.run([sys.executable, "-m", f"composer_prime.entrypoints.{command}", *argv], capture_output=True,
-                       text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
-    assert "Traceback" not in r.stderr + r.stdout
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    want = fill(expected, subs)
-    assert r.stderr.strip().endswith(want[:-1]) if want.endswith("$") else want in r.stderr, r.stderr
-    assert not (tmp_path / "run").exists() and not (tmp_path / "a-file/run").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "a-file", "ok.jsonl"]
+    run_bad_input(f"composer_prime.entrypoints.{command}", argv, fill(expected, subs))
+    assert listing(tmp_path) == made  # nothing written: no run directory, here or under the file
 
 
 def as_nobody(fn) -> int:

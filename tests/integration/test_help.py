@@ -6,6 +6,7 @@ fails. `composer-prime` and its subcommands are argparse; their options come fro
 """
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -46,7 +47,9 @@ def flat(text: str) -> str:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    # wide: argparse wraps a description at its hyphens ("feature-" / "deletion"), which flat() cannot join
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "COLUMNS": "1000"})
 
 
 @pytest.mark.parametrize("name", ENTRYPOINTS)
@@ -91,7 +94,12 @@ def test_composer_prime_help_lists_every_option(path, p):
     r = run("composer_prime.entrypoints.cli", *path, "--help")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     text = flat(r.stdout)
+    # every option and argument has a description (a subcommand's is given to each of its choices)
+    assert [a.dest for a in p._actions if not a.help and not isinstance(a, argparse._SubParsersAction)] == []
     helps = [a.help for a in p._actions if a.help and a.help != argparse.SUPPRESS and "%(" not in a.help]
-    assert helps
+    helps += [c.help for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions]
+    assert all(helps)
     for h in helps:
         assert flat(h) in text, h
+    for name in (name for a in p._actions for name in a.option_strings):
+        assert name in r.stdout, name

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from composer_prime.utils.fs import check_writable_dir
 from composer_prime.utils.progress import Progress
 
 ENVS = ("feature-deletion",)
@@ -25,7 +26,7 @@ ENVS = ("feature-deletion",)
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("build-tasks", help="build a task set from source trees (feature-deletion)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("env", choices=ENVS)
+    p.add_argument("env", choices=ENVS, help="the environment whose tasks to build")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--source", help="a project directory, an sdist (.tar.gz/.zip), or pypi:name==version")
     what.add_argument("--sources", type=Path, help="a file listing sources, one per line")
@@ -61,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
         return _error("--max-tasks must be at least 1")
     if args.jobs is not None and args.jobs < 1:
         return _error("--jobs must be at least 1")
-    # The cheap checks first: importing the environment package loads verifiers (seconds).
-    if args.source and not args.source.startswith("pypi:") and not Path(args.source).expanduser().exists():
-        return _error(f"source not found: {args.source}")
+    try:
+        check_writable_dir(args.out)
+    except OSError as e:
+        return _error(f"--out: {e}")
     if args.source and args.out.is_dir() and any(args.out.iterdir()) and not args.force:
         return _error(f"--out is not empty: {args.out.resolve()} (pass --force to replace it)")
-    from feature_deletion.baseline import BuildError
+    from feature_deletion.baseline import BuildError, check_source
     from feature_deletion.buildlog import index_lines, summary_lines
     from feature_deletion.candidates import Settings
     from feature_deletion.generate import build
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(deps=args.deps, declared_deps=not args.ignore_declared_deps,
                         keep_pytest_config=args.keep_pytest_config, pytest_plugins=plugins)
     try:
+        if args.source:  # bad input (missing, not an sdist, not on PyPI): one line, before the build log is opened
+            check_source(args.source)
         if args.sources:
             sources = parse_sources(args.sources)
             # no live line: the sources build in worker processes, whose lines go straight to this terminal

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from composer_prime.utils.fs import check_writable_file
 from composer_prime.utils.progress import Progress
 
 
@@ -31,12 +32,24 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (args.tasks_dir / "manifest.json").is_file():
+    manifest = args.tasks_dir / "manifest.json"
+    if not manifest.is_file():
         print(f"error: no manifest.json in {args.tasks_dir}: not a built task set", file=sys.stderr)
+        return 2
+    try:
+        json.loads(manifest.read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: {manifest}: not a task set's manifest ({e})", file=sys.stderr)
         return 2
     if args.tasks is not None and args.tasks < 1:
         print("error: --tasks must be at least 1", file=sys.stderr)
         return 2
+    if args.json:  # before the attacks run, not after them
+        try:
+            check_writable_file(args.json)
+        except OSError as e:
+            print(f"error: --json: {e}", file=sys.stderr)
+            return 2
     from feature_deletion.redteam import audit, summary
 
     attacks = args.attacks.split(",") if args.attacks else None

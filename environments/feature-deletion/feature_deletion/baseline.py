@@ -31,6 +31,9 @@ NOT_SOURCE = {"setup", "conftest", "noxfile", "fabfile", "tasks", "docs", "doc",
               "versioneer", "ez_setup", "distribute_setup", "runtests", "run_tests", "manage"}
 
 
+TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")  # what `unpack` unpacks, with .zip
+
+
 class BuildError(Exception):
     """Bad input: reported to the user as one line, never as a traceback."""
 
@@ -84,6 +87,20 @@ def fetch_pypi(spec: str, log=lambda m: None) -> Path:
     return dest / files[0].name
 
 
+def check_source(source: str) -> None:
+    """Raise BuildError for a source a build cannot start from, before the build writes anything
+    (its log included): a pypi spec that is malformed or that the index has no sdist for (fetched
+    here, quietly, into the cache the build then reads), a missing path, a file that is no sdist."""
+    if source.startswith("pypi:"):
+        fetch_pypi(source[5:])
+        return
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise BuildError(f"source not found: {source}")
+    if path.is_file() and not path.name.endswith((*TARS, ".zip")):
+        raise BuildError(f"not an sdist (.tar.gz or .zip) or a directory: {source}")
+
+
 def unpack(source: Path, dest: Path) -> tuple[str, str | None, Declared]:
     """Copy a directory or unpack an sdist into `dest` (stripped). Returns (kind, sha256, what it
     declares it needs: read before stripping, which removes `*.egg-info`)."""
@@ -93,7 +110,7 @@ def unpack(source: Path, dest: Path) -> tuple[str, str | None, Declared]:
     if not source.is_file():
         raise BuildError(f"source not found: {source}")
     with tempfile.TemporaryDirectory(prefix="fd-unpack-") as tmp:
-        if source.name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
+        if source.name.endswith(TARS):
             with tarfile.open(source) as tar:
                 tar.extractall(tmp, filter="data")  # "data" refuses absolute paths and links out
         elif source.suffix == ".zip":

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from feature_deletion import sandbox, taskdir
-from feature_deletion.baseline import Baseline, BuildError, Layout, classify, copy_tree, fetch_pypi, find_layout, unpack
+from feature_deletion.baseline import (Baseline, BuildError, Layout, check_source, classify, copy_tree, fetch_pypi,
+                                       find_layout, unpack)
 from feature_deletion.buildlog import BuildLog, Counted, log_path, stderr, uncounted
 from feature_deletion.candidates import EXAMPLES, VARIANTS, Candidate, Settings, select
 from feature_deletion.gates import Gates, GateResult
@@ -37,9 +38,8 @@ def resolve_source(source: str, out: Path, log: Callable[[str], None]) -> tuple[
     """-> (local path, origin as recorded in the manifest)."""
     if source.startswith("pypi:"):
         return fetch_pypi(source[5:], log), source
+    check_source(source)
     path = Path(source).expanduser()
-    if not path.exists():
-        raise BuildError(f"source not found: {source}")
     if out.is_relative_to(path.resolve()):
         raise BuildError(f"--out must not be inside the source tree: {out}")
     return path.resolve(), (str(path.resolve()) if path.is_dir() else path.name)
