@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from composer_prime.config.base import Strict
+from composer_prime.config.base import FieldError, Strict
 from composer_prime.contract.batches import Batch, Sample
 from composer_prime.contract.distill import teacher_views
 from composer_prime.trainer.loss import Channel, Context, LossInputs
@@ -160,10 +160,10 @@ class DistillChannel(Channel):
         if not (orchestrator.distill.enabled and orchestrator.distill.teacher == "inference"):
             return
         if cfg.estimator == "sampled":
-            raise ValueError('estimator: "sampled" needs the teacher\'s log-prob of every written token; the '
+            raise FieldError("estimator", '"sampled" needs the teacher\'s log-prob of every written token; the '
                              'inference teacher returns only its top-k (use orchestrator.distill.teacher = "trainer")')
         if cfg.teacher != "current":
-            raise ValueError(f'teacher: "{cfg.teacher}" weights live in the trainer; the inference teacher scores with '
+            raise FieldError("teacher", f'"{cfg.teacher}" weights live in the trainer; the inference teacher scores with '
                              'the served policy (use orchestrator.distill.teacher = "trainer")')
 
     def check(self, sample: Sample) -> None:

@@ -31,8 +31,8 @@ BAD = [
     ("trainer.optim.nosuch", 1, "trainer.optim.nosuch", []),  # an unknown key
     ("inference.vllm_args", ["--port=9"], "inference.vllm_args", []),  # a model's own check
     ("trainer.max_steps", 7, "trainer.max_steps", []),  # a conflict with the top level
-    # a channel's check against the orchestrator: a plain ValueError names its section (a FieldError, its key)
-    ("trainer.loss.distill.estimator", "sampled", "trainer.loss.distill",
+    # a channel's check against the orchestrator (a FieldError: its key)
+    ("trainer.loss.distill.estimator", "sampled", "trainer.loss.distill.estimator",
      ["--orchestrator.distill.enabled", "true", "--orchestrator.distill.teacher", "inference"]),
     ("weight_broadcast.keep_last", 1, "weight_broadcast.keep_last",  # the plan's check, on the trainer's filled-in copy
      ["--weight_broadcast.type", "shardcast"]),
