@@ -1,4 +1,4 @@
-"""Environment tooling behind `composer-prime env init|validate|eval|build|publish|install|build-tasks`:
+"""Environment tooling behind `composer-prime env init|validate|eval|build|publish|install|build-tasks|serve`:
 scaffolding, model-free and model-backed checks, hub artifacts and the hub HTTP protocol.
 
 Running an environment (loading its tasks, an episode, scoring) is not here: it is the

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS: tuple[str, ...] = ("init", "validate", "eval", "build", "publish", "install", "build_tasks", "redteam")
+COMMANDS: tuple[str, ...] = ("init", "validate", "eval", "build", "publish", "install", "build_tasks", "redteam", "serve")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser("env", help="environment tooling: build tasks, scaffold, validate, build, publish, install")
+    env = sub.add_parser("env", help="environment tooling: build tasks, scaffold, validate, build, publish, install, serve as OpenEnv")
     env_sub = env.add_subparsers(dest="env_command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"composer_prime.hub.commands.{name}").add_parser(env_sub)

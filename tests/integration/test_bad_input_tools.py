@@ -1,5 +1,5 @@
 """Bad input to the tools, as a new user types it: `composer-prime traces ingest|replay|dataset` and
-`composer-prime env build-tasks|redteam` answer a missing or malformed input, an output they
+`composer-prime env build-tasks|redteam|serve` answer a missing or malformed input, an output they
 cannot write and a source that cannot be built from with one line on stderr, exit code 2, no
 traceback, and nothing written: the test's directory holds afterwards just what it held before
 (no output, no `.build.log` beside it, no partial directory).
@@ -66,6 +66,14 @@ ROWS = [
     (["env", "redteam", "{tasks}", "--tasks", "0"], "error: --tasks must be at least 1$"),
     (["env", "redteam", "{tasks}", "--json", "{file}/redteam.json"], "error: --json: {file} is not a directory$"),
     (["env", "redteam", "{tasks}", "--json", "{dir}"], "error: --json: {dir} is a directory; name a file$"),
+    # env serve (a port in use: tests/integration/test_env_serve.py, which holds one)
+    (["env", "serve", "no-such-env"], "error: environment 'no-such-env' is not installed: install its package with "),
+    (["env", "serve", "tool-calc", "--host", "0.0.0.0"],
+     "error: --host = 0.0.0.0 listens beyond loopback, where anyone who reaches it could run the environment's tools"),
+    (["env", "serve", "tool-calc", "--max-concurrent-envs", "0"], "error: --max-concurrent-envs must be at least 1$"),
+    (["env", "serve", "tool-calc", "--args", "{not json"], "error: --args is not JSON: "),
+    (["env", "serve", "tool-calc", "--args", '{"num_tasks": "many"}'], "error: environment 'tool-calc': bad args: num_tasks: "),
+    (["env", "serve", "tool-calc", "--auth.keys_dir", "{dir}"], "error: auth.keys_dir {dir}: no inference.token; "),
 ]
 
 
