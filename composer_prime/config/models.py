@@ -227,7 +227,7 @@ class OrchestratorConfig(Shared, Pinned, Sections):
 
 # ---------------------------------------------------------------- trainer
 class OptimConfig(Strict):
-    """AdamW with linear warm-up and gradient clipping."""
+    """AdamW with linear warm-up, an optional linear decay and gradient clipping (model/optim.py)."""
 
     lr: float = Field(1e-4, gt=0, description="peak learning rate")
     warmup_steps: int = Field(10, ge=0, description="linear warm-up: Adam's first steps are sign-like and move a "
@@ -236,6 +236,9 @@ class OptimConfig(Strict):
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
         (0.9, 0.99), description="AdamW betas")
     max_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    decay: Literal["constant", "linear"] = Field("constant", description="after warm-up: constant, or linear "
+                                                                         "decay by 1 - step / max_steps")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="linear decay: the lr never falls below this share of lr")
 
 
 LOSS_CHANNELS = "composer_prime.loss_channels"  # the entry-point group loss channels register in

@@ -35,7 +35,9 @@ ARCH = dict(
     tie_word_embeddings=True,
     rope_theta=10000.0,
 )
-SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, seed=0, min_len=3, max_len=6, alphabet="abcdefgh")
+# AdamW with linear warm-up and linear decay to a tenth (model/optim.py); weight decay and betas are torch's defaults
+SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, weight_decay=0.01, betas=[0.9, 0.999], min_lr_ratio=0.1, seed=0,
+           min_len=3, max_len=6, alphabet="abcdefgh")
 RECIPE_VERSION = 2  # bump when the builder changes in a way that changes the weights
 
 
@@ -77,18 +79,18 @@ def _sft_batch(tok: PreTrainedTokenizerBase, rng: random.Random) -> tuple[torch.
 
 def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase) -> None:
     """Answer-only cross-entropy (the trainer's `ce` channel) on the reverse-text task; stops short of mastery."""
-    import torch
-
+    from composer_prime.config.models import OptimConfig
+    from composer_prime.model.optim import build_optimizer, set_lr
     from composer_prime.model.warm_start import sft_step
 
     rng = random.Random(SFT["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
-    steps, warmup = SFT["steps"], SFT["warmup"]
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / steps))
+    cfg = OptimConfig(lr=SFT["lr"], warmup_steps=SFT["warmup"], weight_decay=SFT["weight_decay"], betas=SFT["betas"],
+                      decay="linear", min_lr_ratio=SFT["min_lr_ratio"])
+    opt = build_optimizer(model.parameters(), cfg)
     start = time.time()
     for step in range(SFT["steps"]):
+        set_lr(opt, cfg, step, SFT["steps"])
         loss = sft_step(model, opt, *_sft_batch(tok, rng))
-        sched.step()
         if step % 50 == 0 or step == SFT["steps"] - 1:
             log.info(f"tiny model: sft step {step + 1}/{SFT['steps']} loss {loss:.3f} ({time.time() - start:.0f}s)")
 
