@@ -1,9 +1,11 @@
 """`composer-prime traces ingest PATH... --out F`: recorded agent sessions to normalised steps.
 
 Files and directories (recursive) in any mix; each file's format is read from its first record:
-Claude Code session JSONL (claude_code.py) or OpenAI chat logs, our own recorded rollouts
-included (openai_chat.py). Sub-agent files (`agent-*.jsonl`, anything under `subagents/`) are
-the sub-agent's own sessions: skipped by default, their own traces with `--keep-sidechains`.
+Claude Code session JSONL (claude_code.py), OpenAI chat logs, our own recorded rollouts
+included (openai_chat.py), or OpenEnv `TrainingTrace` exports of its capture proxy
+(openenv_trace.py; a malformed one stops the command). Sub-agent files (`agent-*.jsonl`,
+anything under `subagents/`) are the sub-agent's own sessions: skipped by default, their own
+traces with `--keep-sidechains`.
 Prints one summary row per file (records, steps, skipped by reason) and writes every step to
 `--out` at the end, in one rename: an interrupted ingest writes nothing.
 """
@@ -16,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from composer_prime.traces import claude_code, openai_chat
+from composer_prime.traces import claude_code, openai_chat, openenv_trace
 from composer_prime.traces.record import Step, write_steps
 from composer_prime.utils.fs import check_writable_file
 
@@ -44,13 +46,18 @@ def files(paths: list[Path], keep_sidechains: bool, counts: Counter) -> list[Pat
 
 
 def detect(path: Path) -> str:
-    """"claude-code", "openai" or "unknown", from the first record that parses."""
+    """"claude-code", "openai", "openenv" or "unknown", from the first record that parses (or the
+    whole file: an OpenEnv export may be one JSON document over many lines)."""
+    if path.suffix == ".json" and openenv_trace.document(path) is not None:
+        return "openenv"
     with path.open("rb") as fh:
         for raw in fh:
             try:
                 entry = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
+            if isinstance(entry, dict) and openenv_trace.looks_like(entry):
+                return "openenv"
             if isinstance(entry, dict) and openai_chat.looks_like(entry):
                 return "openai"
             if isinstance(entry, dict) and ("sessionId" in entry or "uuid" in entry or "leafUuid" in entry):
@@ -69,6 +76,11 @@ def ingest(paths: list[Path], keep_sidechains: bool = False) -> tuple[list[Step]
             got, counts, warns = claude_code.parse(f, keep_sidechains)
         elif kind == "openai":
             got, counts, warns = openai_chat.parse(f)
+        elif kind == "openenv":
+            try:
+                got, counts, warns = openenv_trace.parse(f)
+            except openenv_trace.MalformedTrace as e:
+                raise IngestError(str(e)) from None
         else:
             total["skipped_files/unknown_format"] += 1
             continue
@@ -118,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("ingest", help="recorded agent sessions (Claude Code JSONL, OpenAI chat logs) to steps")
+    p = sub.add_parser("ingest", help="recorded agent sessions (Claude Code JSONL, OpenAI chat logs, OpenEnv TrainingTrace exports) to steps")
     p.add_argument("paths", nargs="+", help="session files or directories (searched recursively)")
     p.add_argument("--out", required=True, help="where the steps go (JSONL)")
     p.add_argument("--keep-sidechains", action="store_true", help="keep sub-agent sessions, each as its own trace")

@@ -23,7 +23,8 @@ def looks_like(entry: dict) -> bool:
     return isinstance(entry.get("messages"), list)
 
 
-def _action(msg: dict) -> dict:
+def message_action(msg: dict) -> dict:
+    """An OpenAI assistant message as a step's action: calls with canonical arguments, reasoning as thinking."""
     calls = [tool_call(c.get("id", ""), (c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments", "{}"))
              for c in msg.get("tool_calls") or []]
     for c in calls:  # canonical arguments when they are JSON (a string that is not stays as it came)
@@ -35,6 +36,14 @@ def _action(msg: dict) -> dict:
     if isinstance(content, list):  # content parts
         content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return action(content or "", calls, msg.get("reasoning_content") or "")
+
+
+def history_message(msg: dict) -> dict:
+    """A message as the history of a later step: an assistant's as its action shows it (no thinking),
+    any other as it came, less the `is_error` mark OpenAI's format does not have."""
+    if msg.get("role") == "assistant":
+        return assistant_message(message_action(msg))
+    return {k: v for k, v in msg.items() if k != "is_error"}
 
 
 def parse(path: Path) -> tuple[list[Step], Counter, list[str]]:
@@ -53,7 +62,7 @@ def parse(path: Path) -> tuple[list[Step], Counter, list[str]]:
                 counts["skipped/bad_message"] += 1
                 continue
             if msg["role"] == "assistant":
-                act = _action(msg)
+                act = message_action(msg)
                 step = Step(id=f"{path.name}:{line}:{i}", messages=list(history), action=act, tools=entry.get("tools"),
                             source=str(path), line=line, meta=dict(meta))
                 steps.append(step)
@@ -63,6 +72,6 @@ def parse(path: Path) -> tuple[list[Step], Counter, list[str]]:
                 continue
             if msg["role"] == "tool" and "is_error" in msg and (maker := pending.get(msg.get("tool_call_id", ""), last)):
                 maker.error = bool(maker.error) or bool(msg["is_error"])
-            history.append({k: v for k, v in msg.items() if k != "is_error"})
+            history.append(history_message(msg))
     counts["steps"] = len(steps)
     return steps, counts, []

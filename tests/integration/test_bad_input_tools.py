@@ -18,6 +18,7 @@ from tests.conftest import ROOT
 from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 
 SESSIONS = str(ROOT / "tests" / "fixtures" / "traces" / "claude")
+OPENENV_BAD = str(ROOT / "tests" / "fixtures" / "openenv_traces" / "malformed")  # an OpenEnv export one mask short
 MINILIB = str(ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib")
 REPLAY = ["traces", "replay", "{steps}", "--teachers", "{teachers}"]
 DATASET = ["traces", "dataset", "{pairs}", "--model", "tiny"]
@@ -28,6 +29,9 @@ ROWS = [
     (["traces", "ingest", "{dir}", "--out", "{tmp}/out.jsonl"], "error: no assistant steps found in {dir}"),
     (["traces", "ingest", SESSIONS, "--out", "{file}/out.jsonl"], "error: --out: {file} is not a directory$"),
     (["traces", "ingest", SESSIONS, "--out", "{dir}"], "error: --out: {dir} is a directory; name a file$"),
+    (["traces", "ingest", OPENENV_BAD, "--out", "{tmp}/out.jsonl"], f"error: {OPENENV_BAD}/short-mask.json:1: not an "
+     "OpenEnv TrainingTrace v1 (turns.1: Value error, invalid training turn: [FATAL] length_mismatch: loss_mask must "
+     "cover prompt plus completion)$"),
     # traces replay
     (["traces", "replay", "{tmp}/missing.jsonl", "--teachers", "{teachers}", "--out", "{tmp}/out"],
      "error: {tmp}/missing.jsonl: No such file or directory$"),
