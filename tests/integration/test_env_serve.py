@@ -3,11 +3,14 @@
 the gold answer scores exactly 1 and a wrong one 0 (tool-calc's own `@vf.reward`), the tools are
 listed with the schemas tool-calc gives, episodes of two connections stay apart, one session
 beyond `--max-concurrent-envs` is refused with OpenEnv's CAPACITY_REACHED, a server with keys
-answers only clients that send its token, and a port in use is one line, exit 2.
+answers only clients that send its token, and a port in use is one line, exit 2. Feature
+Deletion served the same way: its sandbox tools are the MCP tools, and writing the task's own
+solution through them before `submit` scores 1 where submitting the broken tree scores 0.
 
 The gold answers are computed here from each prompt with tool-calc's own arithmetic, never read
 from the server."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -18,17 +21,18 @@ from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 from tool_calc.taskset import CALC_SCHEMA, evaluate
 
-from tests.conftest import free_port, start_until_ready
+from tests.conftest import ROOT, free_port, start_until_ready
 from tests.support.bad_input import run_bad_input
 
 CLI = [sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "serve", "tool-calc"]
 TASKS = ["--args", '{"split": "eval", "num_tasks": 4}']
+MINILIB = ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib"
 
 
-def serve(*extra: str) -> tuple[subprocess.Popen, str]:
+def serve(*extra: str, cli: tuple[str, ...] = (*CLI, *TASKS)) -> tuple[subprocess.Popen, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([*CLI, "--port", str(port), *TASKS, *extra],
+    proc = start_until_ready([*cli, "--port", str(port), *extra],
                              lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, timeout_s=180)
     return proc, url
 
@@ -143,3 +147,26 @@ def test_a_port_in_use_is_one_line_exit_2():
         port = held.getsockname()[1]
         run_bad_input("composer_prime.entrypoints.cli", [*CLI[3:], "--port", str(port)],
                       f"error: --port {port}: cannot listen on 127.0.0.1:{port}: Address already in use$")
+
+
+def test_feature_deletion_served_with_its_sandbox_tools(tmp_path):
+    tasks = tmp_path / "tasks"
+    subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "build-tasks", "feature-deletion",
+                    "--source", str(MINILIB), "--out", str(tasks), "--max-tasks", "1"], check=True, capture_output=True, timeout=600)
+    (task,) = (tasks / "tasks").iterdir()
+    (solution,) = [p for p in (task / "solution").rglob("*.py")]
+    proc, url = serve(cli=(*CLI[:5], "feature-deletion", "--args", json.dumps({"taskset_dir": str(tasks)})))
+    try:
+        with MCPToolClient(base_url=url, message_timeout_s=600).sync() as env:
+            assert sorted(t.name for t in env.list_tools()) == sorted(
+                ["list_dir", "read_file", "write_file", "edit", "grep", "run_tests", "submit", "answer"])
+            assert env.reset(index=0).observation.task_id == task.name
+            assert env.call_tool("submit")["reward"] == 0.0  # the body still raises NotImplementedError
+
+            env.reset(index=0)  # a fresh working copy
+            rel = solution.relative_to(task / "solution").as_posix()
+            assert env.call_tool("write_file", path=rel, content=solution.read_text())["is_error"] is False
+            assert env.call_tool("submit") == {"content": "Submitted. Your changes will now be scored.", "is_error": False,
+                                               "done": True, "reward": 1.0}
+    finally:
+        stop(proc)
