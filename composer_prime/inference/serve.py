@@ -21,9 +21,10 @@ def make_engine(cfg: InferenceConfig, model_path: str):
 
         return VLLMEngine(model_path, cfg.model, port=cfg.port + 1000, max_model_len=cfg.max_model_len,
                           extra_args=cfg.vllm_args, log_path=str(cfg.output_dir / "logs" / "vllm.log"))
-    from composer_prime.inference.engines.hf import HFEngine
+    from composer_prime.inference.engines.hf.engine import HFEngine
 
-    return HFEngine(model_path, cfg.model, max_model_len=cfg.max_model_len)
+    return HFEngine(model_path, cfg.model, max_model_len=cfg.max_model_len, max_batch=cfg.max_batch, device=cfg.device,
+                    dtype=cfg.dtype, graphs=cfg.graphs)
 
 
 async def serve(cfg: InferenceConfig, token: str | None = None) -> None:

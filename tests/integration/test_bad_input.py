@@ -55,6 +55,8 @@ ROWS = [
     ("inference", ["--weights_path", "{tmp}/no-step", "--dry-run"], "weights_path: directory not found: {tmp}/no-step"),
     ("inference", ["--max_model_len", "0", "--dry-run"], "max_model_len: Input should be greater than or equal to 2"),
     ("inference", ["--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("inference", ["--device", "cpu", "--graphs", "capture", "--dry-run"],
+     "graphs: capture records CUDA graphs: it needs device = cuda or auto"),
     ("orchestrator", ["--envs", "[]", "--dry-run"], "envs: List should have at least 1 item"),
     ("orchestrator", ["--batch_size", "12", "--group_size", "8", "--dry-run"], "batch_size 12 x ratio 1 = 12 rollouts, not a positive multiple of its group size 8"),
     ("orchestrator", ["--output_dir", "{file}", "--dry-run"], "output_dir: {file} is not a directory"),
