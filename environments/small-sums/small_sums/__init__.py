@@ -1,0 +1,3 @@
+from .taskset import SmallSumsTaskset
+
+__all__ = ["SmallSumsTaskset"]
