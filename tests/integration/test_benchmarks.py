@@ -41,12 +41,17 @@ SMALLEST = {
     # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
     "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
                        "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
+    # the tiny model instead of SmolLM2-135M's shape; two batches to see one row each; 16 tokens, so that
+    # generate's 15 steps (its time at 16 tokens less its time at 1) stand above a loaded machine's noise
+    "real_model": lambda: ["--device", "cpu", "--result", "decode", "--model", "tiny", "--batches", "1,2", "--prompt-len", "8",
+                           "--new-tokens", "16", "--repeats", "1"],
 }
-SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion"}  # the ones that take --work
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model"}  # take --work
 # per benchmark: the counts its outer loops reach at those settings, read from their last progress lines on stderr
 PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3, 3)},  # 3 systems timed once
             "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
-            "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)}}
+            "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
+            "real_model": {"decode": (12, 12)}}  # 2 batches x (a warm-up + 1 repeat) x 3 systems
 
 
 def sources_file(*sources: Path) -> Path:
@@ -140,6 +145,25 @@ def test_vs_trl(tmp_path):
     assert b["inference"]["load_s"] > 0  # read from the inference server while the run was up
     # the trainer's idle, compute and hand-off times make up its step time (up to writing its metrics line)
     assert sum(t.values()) == pytest.approx(b["step_s"], rel=0.1)
+
+
+def test_real_model(tmp_path):
+    out = run("real_model", tmp_path)["decode"]["cpu"]
+    assert (out["model"], out["dtype"], out["prompt_len"], out["new_tokens"], out["repeats"]) == ("tiny", "float32", 8, 16, 1)
+    assert set(out) >= {"machine", "date", "commit", "summary", "bound"} and list(out["summary"]) == ["1", "2"]
+    for b, systems in out["summary"].items():
+        assert list(systems) == ["ours", "hf-dynamic", "hf-static"]
+        for s in systems.values():
+            [step] = s["step_ms"]["runs"]
+            assert step > 0 and s["decode_tokens_per_s"]["runs"] == [pytest.approx(1000 * int(b) / step, rel=1e-3)]
+            assert 0 < s["tokens_per_s"]["median"]
+    bound = out["bound"]  # the tiny model: 0.85M float32 weights; 4 layers x 2 KV heads x 32 x (K and V) x 4 bytes
+    assert (bound["weights_mb"], bound["kv_bytes_per_token"], bound["graph_floor_ms"]) == (3.4, 2048, None)
+    assert bound["ops_per_step"] > 100 and bound["matmul_tflops"] > 0
+    one, two = bound["1"], bound["2"]
+    assert one["step_floor_ms"] == max(one["memory_ms"], one["compute_ms"], bound["launch_floor_ms"])
+    assert two["compute_ms"] == pytest.approx(2 * one["compute_ms"], abs=2e-3)  # rounded to 3 places
+    assert (tmp_path / "not-yet" / "results" / "real_model_decode_cpu.png").stat().st_size > 0
 
 
 def load_vs_trl():

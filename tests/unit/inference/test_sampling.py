@@ -52,10 +52,11 @@ def test_draws_follow_the_tempered_distribution():
 
 
 def test_top_p_keeps_the_nucleus_only_and_greedy_takes_the_argmax():
-    logp = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
-    assert nucleus_mask(logp, torch.tensor([0.7])).tolist() == [[True, True, False, False]]
-    assert nucleus_mask(logp, torch.tensor([0.01])).tolist() == [[True, False, False, False]]
-    freq = draw(logp[0].tolist(), 2000, top_p=0.7, seed=2)
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    assert nucleus_mask(p, torch.tensor([0.7])).tolist() == [[True, True, False, False]]
+    assert nucleus_mask(p * 7, torch.tensor([0.7])).tolist() == [[True, True, False, False]]  # unnormalised
+    assert nucleus_mask(p, torch.tensor([0.01])).tolist() == [[True, False, False, False]]
+    freq = draw(p.log()[0].tolist(), 2000, top_p=0.7, seed=2)
     assert freq[2] == 0 and freq[3] == 0 and abs(freq[0] - 0.625) < 0.04  # renormalised 0.5/0.8
     tok, lp = sample(torch.tensor([[1.0, 3.0, 2.0]]), torch.tensor([0.0]), torch.tensor([1.0]), stream_keys([0]),
                      torch.tensor([0]), False)

@@ -44,11 +44,12 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return _shr(_mix(keys + counters * int64(GOLDEN)), 11).double() * 2.0**-53
 
 
-def nucleus_mask(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """True where a token lies in its row's top-p nucleus (the top token always does)."""
-    sorted_lp, order = logp.sort(-1, descending=True)
-    p = sorted_lp.exp()
-    keep_sorted = (p.cumsum(-1) - p) < top_p[:, None]
+def nucleus_mask(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """True where a token lies in its row's top-p nucleus (the top token always does); `probs` may be
+    unnormalised (a row's exp(logit - max))."""
+    sorted_p, order = probs.sort(-1, descending=True)
+    sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
+    keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
 
 
@@ -60,17 +61,19 @@ def sample(logits: torch.Tensor, temps: torch.Tensor, top_p: torch.Tensor, keys:
     The log-prob is that of the tempered softmax before top-p, the convention the trainer
     recomputes (top-p only decides which tokens may be drawn). `use_top_p` is the caller's
     knowledge that some row has top_p < 1 (read from the host, never from a tensor: no sync);
-    rows with top_p = 1 are unaffected by it either way.
+    rows with top_p = 1 are unaffected by it either way. Few passes over the rows x vocabulary
+    logits: on a GPU at a large batch they are what this costs.
     """
-    logp = torch.log_softmax(logits.float() / temps.clamp(min=1e-5)[:, None], -1)
-    probs = logp.exp().double()
+    z = logits.float() / temps.clamp(min=1e-5)[:, None]
+    top, best = z.max(-1)
+    probs = (z - top[:, None]).exp()  # unnormalised: the mode at 1
+    total = probs.sum(-1)
     if use_top_p:  # rows at top_p 1 keep every token: float rounding in the mask cannot touch them
-        probs = probs * (nucleus_mask(logp, top_p) | (top_p >= 1)[:, None])
-    cdf = probs.cumsum(-1)
+        probs = probs * (nucleus_mask(probs, top_p) | (top_p >= 1)[:, None])
+    cdf = probs.cumsum(-1, dtype=torch.float64)
     x = uniforms(keys, counters) * cdf[:, -1]
     drawn = torch.searchsorted(cdf, x[:, None], right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
-    best = logp.argmax(-1)
     # float rounding at the very top of the CDF could land past the last allowed token: take the mode then
     drawn = torch.where(probs.gather(-1, drawn[:, None]).squeeze(1) > 0, drawn, best)
     tokens = torch.where(temps <= 1e-5, best, drawn)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, z.gather(-1, tokens[:, None]).squeeze(-1) - top - total.log()
