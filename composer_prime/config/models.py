@@ -76,7 +76,7 @@ class WeightBroadcastConfig(Strict):
     delta: bool = Field(True, description="shardcast: also publish step N as a compressed XOR against step N-1 "
                                           "when that is smaller")
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="dtype of the published weights "
-                                                                              "(auto: as trained)")
+                                                                              "(auto: the trainer's compute_dtype)")
     key_path: Path | None = Field(None, description="shardcast: ed25519 signing key; default "
                                                     "<output_dir>/keys/trainer.ed25519")
     servers: CommaList = Field(default_factory=list, description="shardcast, inference side: relays and/or the "
@@ -290,6 +290,9 @@ class TrainerConfig(Shared, Pinned):
                                                             "forward/backward")
     share_prefix: bool = Field(True, description="samples sharing a prefix (a group's prompt) run it once, in one "
                                                  "row under a 4-D mask; same logits, fewer tokens (sdpa/eager attention)")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="dtype of the forward and backward (auto: bfloat16 on CUDA, float32 on CPU); the weights "
+                            "and AdamW's state stay float32 whatever it is")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)
@@ -331,3 +334,6 @@ class SFTConfig(Strict):
     lr: float = Field(1e-4, gt=0, description="peak learning rate")
     warmup_steps: int = Field(10, ge=0, description="linear warm-up steps")
     seed: int = Field(0, ge=0, description="seeds example order and the model's initialisation")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description=TrainerConfig.model_fields["compute_dtype"].description)
+    micro_batch_tokens: int = Field(4096, ge=1, description=TrainerConfig.model_fields["micro_batch_tokens"].description)

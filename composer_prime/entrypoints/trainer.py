@@ -1,10 +1,11 @@
 """`uv run trainer @ trainer.toml`: validates the config, then runs the trainer: one rank in this
 very process, several under torchrun.
 
-One rank needs no launcher: this process joins a process group of one (FSDP2 and the
-all-reduces run as with more), which saves a process, its imports and a rendezvous at every
-start. For several, torchrun runs in this process, so signals reach it directly, and starts this
-same module in each rank (`rank_main`, told apart by torchrun's LOCAL_RANK). Its own reports
+One rank needs no launcher: this process joins a process group of one over an in-memory
+store (trainer/train.py's `join`, as `sft` does; FSDP2 and the all-reduces run as with more),
+which saves a process, its imports, a port and a rendezvous at every start. For several,
+torchrun runs in this process, so signals reach it directly, and starts this same module in
+each rank (`rank_main`, told apart by torchrun's LOCAL_RANK). Its own reports
 stay off the console: a rank that fails prints its own error line, and torchrun's failure table
 and SignalException traceback (when `rl` stops the trainer) would only bury that line.
 """
@@ -61,8 +62,6 @@ def main(argv: list[str] | None = None) -> None:
     check_keys(cfg)
     if cfg.nproc == 1:
         setup("trainer")
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         # stopped (rl, Ctrl-C): the exit code torchrun gives, without a traceback from wherever training was
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, _: sys.exit(128 + signum))

@@ -25,7 +25,8 @@ def lr_at(cfg: OptimConfig, step: int, max_steps: int) -> float:
     """The learning rate of step `step` (0-based) in a run of `max_steps` steps."""
     warm = min(1.0, (step + 1) / max(1, cfg.warmup_steps))
     decay = max(cfg.min_lr_ratio, 1 - step / max_steps) if cfg.decay == "linear" else 1.0
-    return cfg.lr * (warm * decay)  # this order of operations is torch's LambdaLR's: the tiny model's weights depend on it
+    # lr * (warm * decay), in this order, is torch's LambdaLR's arithmetic: the tiny model's weights depend on it
+    return cfg.lr * (warm * decay)
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.AdamW:

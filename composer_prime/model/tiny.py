@@ -36,8 +36,8 @@ ARCH = dict(
     rope_theta=10000.0,
 )
 # AdamW with linear warm-up and linear decay to a tenth (model/optim.py); weight decay and betas are torch's defaults
-SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, weight_decay=0.01, betas=[0.9, 0.999], min_lr_ratio=0.1, seed=0,
-           min_len=3, max_len=6, alphabet="abcdefgh")
+SFT = dict(steps=140, warmup=30, batch_size=64, lr=1e-3, weight_decay=0.01, betas=[0.9, 0.999], min_lr_ratio=0.1,
+           seed=0, min_len=3, max_len=6, alphabet="abcdefgh")
 RECIPE_VERSION = 2  # bump when the builder changes in a way that changes the weights
 
 

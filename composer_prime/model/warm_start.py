@@ -1,8 +1,11 @@
 """Answer-only cross-entropy on chat examples: how a small model is warm-started.
 
-The tiny default model's build (model/tiny.py) and `uv run sft` (trainer/sft.py) both train
-with it. It sits at the model level, below the trainer, so building a model never imports the
-trainer: the loss is the `ce` channel's plain likelihood, normalised by the answer tokens.
+`encode_example` turns a chat example into token ids and the answer's mask, for `uv run sft`
+(trainer/sft.py: the trainer's own step, the `ce` channel) and the tiny default model's build
+(model/tiny.py). That build trains with `sft_step`, the `ce` channel's plain likelihood
+normalised by the answer tokens, at the model level: a model's build never imports the trainer
+and runs in processes that may already be in a process group (the trainer's rank 0 resolves
+the model), so it runs without one, unsharded, on the CPU.
 """
 
 from __future__ import annotations

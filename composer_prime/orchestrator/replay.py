@@ -7,10 +7,11 @@
 
 Each step draws `pairs_per_step` pairs (a fresh shuffle of the dataset per pass, seeded by the
 run's seed, so every pair comes round before any repeats) and adds each as two samples, chosen
-and rejected, for the trainer's `dpo` channel (trainer/loss/dpo.py): the token ids rendered by
-`traces.dataset.render` (the function the reference log-probs were computed with), weights on
-the reply's tokens, and a `PairRow` (composer_prime/contract/dpo.py) from the dataset. Pairs
-longer than `seq_len` are skipped and counted.
+and rejected, for the trainer's `dpo` channel (trainer/loss/dpo.py), made by
+`traces.dpo_rows.pair_samples` (as `sft --objective dpo` makes them): the token ids rendered by the
+function the reference log-probs were computed with, weights on the reply's tokens, and a
+`PairRow` (composer_prime/contract/dpo.py) from the dataset. Pairs longer than `seq_len` are
+skipped and counted.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from pydantic import Field
 
 from composer_prime.config.base import Strict
 from composer_prime.config.models import OrchestratorConfig
-from composer_prime.contract.batches import Sample
-from composer_prime.contract.dpo import PairRow
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.traces.dataset import render
+from composer_prime.traces.dpo_rows import pair_samples
 
 if TYPE_CHECKING:  # a config check (every `rl` start) loads this module: no transformers
     from transformers import PreTrainedTokenizerBase
@@ -67,16 +66,11 @@ class ReplayStep(Step):
         added = too_long = 0
         for k in range(self.section.pairs_per_step):
             i = self._next()
-            row = self.rows[i]
-            sides = [(side, *render(self.tok, row["prompt"], row[side][0])) for side in ("chosen", "rejected")]
-            if max(len(ids) for _, ids, _ in sides) > self.cfg.seq_len:
+            rows = pair_samples(self.tok, self.rows[i], f"{i}@{k}", self.section.weight, batch.step)
+            if max(len(r.input_ids) for r in rows) > self.cfg.seq_len:
                 too_long += 1
                 continue
-            for side, ids, start in sides:
-                n = len(ids)
-                batch.add(Sample(ids, [0.0] * n, [0.0] * n, {"dpo": [0.0] * start + [self.section.weight] * (n - start)},
-                                 temperature=1.0, policy_version=batch.step,
-                                 channel_data={"dpo": PairRow(pair=f"{i}@{k}", chosen=side == "chosen",
-                                                              ref_logp=float(row[f"ref_{side}_logps"]))}))
+            for r in rows:
+                batch.add(r)
             added += 1
         return {"pairs": float(added), "too_long": float(too_long), "passes": float(self.passes)}

@@ -1,4 +1,10 @@
-"""Model loading and FSDP2 sharding, torchtitan-style: fully_shard each decoder block, then the root."""
+"""Model loading and FSDP2 sharding, torchtitan-style: fully_shard each decoder block, then the root.
+
+Mixed precision as the reference trainers do it: the weights are loaded in float32 and stay so
+(the master copy AdamW updates, with float32 state), while FSDP2's `MixedPrecisionPolicy` casts
+them to the compute dtype for the forward and backward and reduces gradients in float32. Weights
+loaded in bfloat16 instead would lose every update below bf16's resolution (2^-7 at 1.0).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 
@@ -14,24 +20,33 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def compute_dtype(name: str) -> torch.dtype:
+    """A config's `compute_dtype` as a torch dtype; "auto": bfloat16 on CUDA, float32 on CPU."""
+    if name == "auto":
+        return torch.bfloat16 if device_type() == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
 def load_model(path: str) -> PreTrainedModel:
-    dtype = torch.bfloat16 if device_type() == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    """The weights in float32, whatever the compute dtype: they are the master copy."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
     return model
 
 
-def frozen_copy(path: str) -> PreTrainedModel:
+def frozen_copy(path: str, compute: torch.dtype = torch.float32) -> PreTrainedModel:
     """The weights at `path`, sharded like the policy and never trained (a reference or a teacher)."""
-    return shard(load_model(path)).requires_grad_(False).eval()
+    return shard(load_model(path), compute).requires_grad_(False).eval()
 
 
-def shard(model: PreTrainedModel) -> PreTrainedModel:
-    """Shard parameters over all ranks (a one-rank mesh on a single process is valid FSDP2 too)."""
+def shard(model: PreTrainedModel, compute: torch.dtype = torch.float32) -> PreTrainedModel:
+    """Shard parameters over all ranks (a one-rank mesh on a single process is valid FSDP2 too), onto
+    the mesh's device; forward and backward run in `compute`, gradients are reduced in float32."""
     mesh = init_device_mesh(device_type(), (dist.get_world_size(),))
+    mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     for block in model.model.layers:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
 
 

@@ -1,36 +1,48 @@
-"""Supervised fine-tuning (`uv run sft`, entrypoints/sft.py): answer-only cross-entropy, or DPO.
+"""Supervised fine-tuning (`uv run sft`, entrypoints/sft.py): the trainer on a local dataset.
 
-`--objective ce` (the default): a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`;
-the loss is on the last assistant message only (the prompt is context). `--objective dpo`: a
-dataset from `composer-prime traces dataset` (pairs with the frozen reference's log-probs); the
-loss is the `dpo` channel's (trainer/loss/dpo.py), on sequences rendered by the function the
-reference log-probs were computed with, so "policy = reference" gives exactly ln 2 at step 0. One process, no FSDP: SFT here is the
-warm start of small models (the step is model/warm_start.py's, which the tiny default's build
-uses too); the RL trainer is the big-model path. Writes a Hugging Face model directory
-(safetensors + tokenizer) to `output_dir`.
+`--objective ce` (the default): a JSONL file of `{"messages": [{"role": ..., "content": ...}, ...]}`,
+trained by the `ce` channel with weight on the last assistant message's tokens only (the prompt is
+context). `--objective dpo`: a dataset from `composer-prime traces dataset`, trained by the `dpo`
+channel on the rows `traces.dpo_rows.pair_samples` makes (rendered by the function the reference
+log-probs were computed with, so "policy = reference" gives exactly ln 2 at step 0).
+
+The run is the trainer's (trainer/train.py): this process joins a process group of one, and the
+same FSDP2 step, optimizer and schedule train on the device the trainer uses, in its compute dtype
+with float32 master weights; only the source of batches differs (`DatasetSource`). AdamW keeps
+what `sft` has always used: weight decay 0.01, betas (0.9, 0.999), no gradient clipping. Metrics
+go to `<output_dir>/sft/metrics.jsonl`; the model directory (safetensors + tokenizer, float32) is
+written to `output_dir` at the end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
+import math
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from composer_prime.config import ConfigError, SFTConfig
+from composer_prime.config import ConfigError, SFTConfig, TrainerConfig
+from composer_prime.config.models import OptimConfig
+from composer_prime.contract.batches import Sample
 from composer_prime.model.resolve import resolve_model
-from composer_prime.model.warm_start import encode_example, pad_batch, sft_step
-from composer_prime.traces.dataset import pair_logps
-from composer_prime.trainer.loss.dpo import dpo_loss
+from composer_prime.model.warm_start import encode_example
+from composer_prime.traces.dpo_rows import pair_samples
+from composer_prime.trainer.model import full_state_dict
+from composer_prime.trainer.sources import DatasetSource
+from composer_prime.trainer.train import build, fit, join
+from composer_prime.utils.chat import TemplateError
+from composer_prime.utils.metrics import MetricsLog
 
 log = logging.getLogger(__name__)
 
 
-def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int], list[int]]]:
+def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[Sample]:
+    """One `ce` sample per example: weight 1 on the answer's tokens."""
     if path.is_dir():
         raise ConfigError(f"data: {path} is a pairs dataset; train on it with --objective dpo")
     rows = []
@@ -38,15 +50,17 @@ def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[tuple[list[int]
         if not line.strip():
             continue
         try:
-            rows.append(encode_example(tok, json.loads(line)["messages"]))
+            ids, answer = encode_example(tok, json.loads(line)["messages"])
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"data: {path}:{n}: not a chat example ({e})") from None
+        rows.append(Sample(ids, [0.0] * len(ids), [0.0] * len(ids), {"ce": [float(a) for a in answer]}))
     if not rows:
         raise ConfigError(f"data: {path}: no examples")
     return rows
 
 
-def read_pairs(path: Path) -> list[dict]:
+def read_pairs(path: Path, tok: PreTrainedTokenizerBase) -> list[dict]:
+    """The pairs, each rendered once here so that one the template cannot render fails before training."""
     from datasets import load_from_disk
 
     try:
@@ -55,44 +69,54 @@ def read_pairs(path: Path) -> list[dict]:
         raise ConfigError(f"data: {path}: not a dataset from `composer-prime traces dataset` ({e})") from None
     if not rows or "ref_chosen_logps" not in rows[0]:
         raise ConfigError(f"data: {path}: no pairs with reference log-probs (ref_chosen_logps)")
+    for n, row in enumerate(rows):
+        try:
+            pair_samples(tok, row, str(n))
+        except (TemplateError, ValueError, KeyError, IndexError, TypeError) as e:
+            raise ConfigError(f"data: {path}: pair {n}: cannot be rendered ({e})") from None
     return rows
 
 
-def dpo_step(model: torch.nn.Module, optim: torch.optim.Optimizer, tok: PreTrainedTokenizerBase, rows: list[dict],
-             beta: float) -> float:
-    """One optimizer step of mean DPO loss over `rows` (each side one forward: batches of one pair's length)."""
-    optim.zero_grad(set_to_none=True)
-    losses = []
-    for r in rows:
-        seq = pair_logps(model, tok, r)
-        losses.append(dpo_loss(seq["chosen"], seq["rejected"], torch.tensor(r["ref_chosen_logps"]),
-                               torch.tensor(r["ref_rejected_logps"]), beta))
-    loss = torch.stack(losses).mean()
-    loss.backward()
-    optim.step()
-    return float(loss)
+def trainer_config(cfg: SFTConfig, model_dir: str) -> TrainerConfig:
+    """The trainer's config for this run: one channel, sft's optimizer settings."""
+    loss = {"weights": {cfg.objective: 1.0}} | ({"dpo": {"beta": cfg.beta}} if cfg.objective == "dpo" else {})
+    optim = OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.01, betas=(0.9, 0.999),
+                        max_norm=math.inf)
+    return TrainerConfig(model=model_dir, max_steps=cfg.max_steps, output_dir=cfg.output_dir, seed=cfg.seed,
+                         optim=optim, loss=loss, compute_dtype=cfg.compute_dtype,
+                         micro_batch_tokens=cfg.micro_batch_tokens)
 
 
 def train(cfg: SFTConfig) -> None:
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(1)
-    path = resolve_model(cfg.model)
-    tok = AutoTokenizer.from_pretrained(path)
-    data = read_jsonl(cfg.data, tok) if cfg.objective == "ce" else read_pairs(cfg.data)  # bad data: before the model loads
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
-    rng, start = random.Random(cfg.seed), time.time()
-    for step in range(cfg.max_steps):
-        picked = [rng.choice(data) for _ in range(cfg.batch_size)]
-        if cfg.objective == "ce":
-            loss = sft_step(model, optim, *pad_batch(picked, tok.pad_token_id or 0))
-        else:
-            loss = dpo_step(model, optim, tok, picked, cfg.beta)
-        sched.step()
+    model_dir = resolve_model(cfg.model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if cfg.objective == "ce":  # bad data: found here, before the model loads and anything is written
+        samples = read_jsonl(cfg.data, tok)
+        source = DatasetSource(len(samples), lambda i, key: [samples[i]], cfg.batch_size, cfg.seed)
+    else:
+        pairs = read_pairs(cfg.data, tok)
+        source = DatasetSource(len(pairs), lambda i, key: pair_samples(tok, pairs[i], key), cfg.batch_size, cfg.seed)
+    tcfg = trainer_config(cfg, model_dir)
+    join(tcfg)
+    t = build(tcfg)
+    sink = MetricsLog(cfg.output_dir, "sft") if dist.get_rank() == 0 else None
+    start = time.time()
+
+    def after(step: int, metrics: dict[str, float]) -> None:
+        if sink is not None:
+            sink.log({"step": step, "time": time.time(), **metrics})
         if step % 10 == 0 or step == cfg.max_steps - 1:
-            log.info(f"step {step + 1}/{cfg.max_steps} loss {loss:.4f} ({time.time() - start:.0f}s)")
-    cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(cfg.output_dir)
-    tok.save_pretrained(cfg.output_dir)
-    log.info(f"wrote {cfg.output_dir}")
+            log.info(f"step {step + 1}/{cfg.max_steps} loss {metrics.get(f'loss/{cfg.objective}', 0.0):.4f} "
+                     f"({time.time() - start:.0f}s)")
+
+    fit(t, source, 0, after)
+    state = full_state_dict(t.model)  # collective
+    if dist.get_rank() == 0:
+        # a plain model of the architecture's own class (not FSDP's) writes the config and weights
+        out = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        out.load_state_dict(state)
+        out.save_pretrained(cfg.output_dir)
+        tok.save_pretrained(cfg.output_dir)
+        sink.close()
+        log.info(f"wrote {cfg.output_dir}")
+    dist.destroy_process_group()

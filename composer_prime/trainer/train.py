@@ -1,26 +1,33 @@
-"""The trainer: receive a batch, one optimizer step, checkpoint, publish the new policy. Repeat.
+"""The trainer: one optimizer step over a batch's loss channels, and the loop around it.
 
-Runs in every rank under torchrun (`run`, called by the `trainer` entrypoint); rank 0 receives
-batches over ZMQ and hands every rank its share; FSDP2 on gloo (CPU) or NCCL (GPU).
+`join`, `build`, `fit` and `train_step` are the trainer whatever feeds it: `run` (the `trainer`
+process of `rl`, in every rank under torchrun) trains on the orchestrator's batches, received
+over ZMQ by rank 0, then checkpoints and publishes each new policy; `sft` (trainer/sft.py) trains
+on a local dataset. FSDP2 on gloo (CPU) or NCCL (GPU).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from composer_prime.config import TrainerConfig
-from composer_prime.contract.batches import Batch, SchemaError
+from composer_prime.contract.batches import Batch
+from composer_prime.model.optim import build_optimizer, set_lr
 from composer_prime.model.resolve import resolve_model
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.prefix import sharable
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
-from composer_prime.trainer.model import device_type, full_state_dict, load_model, shard
+from composer_prime.trainer.model import compute_dtype, device_type, full_state_dict, load_model, shard
+from composer_prime.trainer.sources import BatchSource, ZmqSource
 from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
@@ -31,32 +38,66 @@ from composer_prime.utils.metrics import MetricsLog
 log = logging.getLogger(__name__)  # ranks other than 0 are quiet (entrypoints.trainer): one voice, not world_size
 
 
-def receive(receiver: BatchReceiver | None, step: int, objective: Objective) -> Batch:
-    """Rank 0 waits for the batch of `step`, telling the orchestrator every second that it does (so after
-    a restart the orchestrator regenerates from here). Batches of other steps were meant for the trainer
-    before a restart, older or queued ahead of it: dropped. Each channel checks its own data on
-    arrival, so a malformed batch is refused, not trained on."""
-    box: list = [None]
-    if receiver is not None:
-        waited, said = time.time(), time.time()
-        while box[0] is None:
-            receiver.announce(step)
-            try:
-                batch = receiver.recv(timeout_s=1)
-                if batch is not None:
-                    objective.check(batch)
-            except SchemaError as e:
-                log.warning(f"rejected a message: {e}")
-                continue
-            if batch is None and time.time() - said > 30:
-                log.info(f"waiting for batch {step} ({time.time() - waited:.0f}s)")
-                said = time.time()
-            elif batch is not None and batch.step != step:
-                log.info(f"dropped batch {batch.step}: expecting {step}")
-            elif batch is not None:
-                box[0] = batch
+@dataclass
+class Trainer:
+    """What `fit` trains: the sharded policy, its optimizer and objective, and where the weights came from."""
+
+    cfg: TrainerConfig
+    model: torch.nn.Module
+    optim: torch.optim.Optimizer
+    objective: Objective
+    pad_id: int
+    model_dir: str
+
+
+def join(cfg: TrainerConfig) -> str:
+    """Join the process group: torchrun's (from its environment), else a group of this one process
+    over an in-memory store (no port to find). One thread per process on CPU, a GPU per rank on CUDA."""
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    if device_type() == "cpu":
+        torch.set_num_threads(1)  # one thread per process: on few cores more threads decode slower
+    else:
+        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    return backend
+
+
+def build(cfg: TrainerConfig) -> Trainer:
+    """The policy in float32 (the master weights), sharded and computing in `cfg.compute_dtype`; its
+    objective and its optimizer (model/optim.py). Every rank takes part."""
+    box = [resolve_model(cfg.model) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
-    return box[0]
+    model_dir = box[0]
+    torch.manual_seed(cfg.seed)
+    dtype = compute_dtype(cfg.compute_dtype)
+    model = shard(load_model(model_dir), dtype)
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    objective = Objective(cfg.loss, Context(model, model_dir, pad_id, shared_row_cap(cfg, model), dtype))
+    return Trainer(cfg, model, build_optimizer(model.parameters(), cfg.optim), objective, pad_id, model_dir)
+
+
+def fit(t: Trainer, source: BatchSource, start: int, after: Callable[[int, dict[str, float]], None]) -> None:
+    """Steps `start`..max_steps-1: the step's batch from `source`, one `train_step` on it, then
+    `after(step, metrics)`: what the run does with a step (log it, checkpoint, publish)."""
+    for step in range(start, t.cfg.max_steps):
+        t_wait = time.time()
+        batch = source.batch(step, t.objective)
+        t0 = time.time()
+        metrics = train_step(t.cfg, t.model, t.optim, batch, t.objective, t.pad_id)
+        compute_s = time.time() - t0
+        after(step, {"compute_s": compute_s, "wait_s": t0 - t_wait, **metrics,
+                     "tokens_per_s": metrics["trained_tokens"] / max(compute_s, 1e-9)})
+
+
+def published_dtype(cfg: TrainerConfig) -> torch.dtype:
+    """The dtype of the weights published for inference: `weight_broadcast.dtype`, or with "auto" the
+    compute dtype, which is what inference serves (bfloat16 on CUDA, float32 on CPU); never the
+    float32 master copy's by default on a GPU."""
+    wb = cfg.weight_broadcast.dtype
+    return compute_dtype(cfg.compute_dtype if wb == "auto" else wb)
 
 
 def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int, publisher: Publisher | None,
@@ -65,8 +106,8 @@ def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: in
     state = full_state_dict(model)  # collective: every rank takes part
     if publisher is not None:
         root = Path(cfg.output_dir) / "weights"
-        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.weight_broadcast.dtype]
-        path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings, dtype)
+        path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings,
+                                     published_dtype(cfg))
         publisher.publish(step, path)
         filesystem.prune(root, cfg.weight_broadcast.keep_last, checkpointed)
     dist.barrier()
@@ -102,8 +143,7 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     micro_batches = pack(batch.samples, cfg.micro_batch_tokens, world, share_cap)[rank]
     clock = {"pack_s": time.time() - t, "forward_s": 0.0, "backward_s": 0.0}  # this rank's own times
     optim.zero_grad(set_to_none=True)
-    for g in optim.param_groups:  # stateless schedule: a resumed run gets the same lr at the same step
-        g["lr"] = cfg.optim.lr * min(1.0, (batch.step + 1) / max(1, cfg.optim.warmup_steps))
+    lr = set_lr(optim, cfg.optim, batch.step, cfg.max_steps)  # a pure function of the step: resumed runs agree
     sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for samples in micro_batches:
@@ -140,28 +180,16 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     out = {k: vec[i].item() for i, k in enumerate(keys)}
     out["trained_tokens"] = vec[-1].item()
     out["grad_norm"] = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-    return out | clock
+    return out | clock | {"lr": lr}
 
 
 def run(cfg: TrainerConfig) -> None:
-    """One rank's whole run: join the process group, resume if asked, train to `max_steps`."""
-    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type() == "cuda" else "gloo")
-    dist.init_process_group(backend)
-    if device_type() == "cpu":
-        torch.set_num_threads(1)  # one thread per process: on few cores more threads decode slower
-    else:
-        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    """One rank of `rl`'s trainer: join the process group, resume if asked, train on the orchestrator's
+    batches to `max_steps`, checkpointing and publishing every new policy."""
+    backend = join(cfg)
+    t = build(cfg)
+    model, optim, objective, model_dir = t.model, t.optim, t.objective, t.model_dir
     run = Path(cfg.output_dir)
-    model_dir = resolve_model(cfg.model) if dist.get_rank() == 0 else None
-    box = [model_dir]
-    dist.broadcast_object_list(box, src=0)
-    model_dir = box[0]
-    torch.manual_seed(cfg.seed)
-    model = shard(load_model(model_dir))
-    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    objective = Objective(cfg.loss, Context(model, model_dir, pad_id, shared_row_cap(cfg, model)))
-    optim = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
-
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     start = 0
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
@@ -178,29 +206,26 @@ def run(cfg: TrainerConfig) -> None:
     log.info(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
 
     handoff = {"ckpt_s": 0.0, "publish_s": 0.0}  # saving and publishing the weights this step starts from
-    for step in range(start, cfg.max_steps):
-        t_wait = time.time()
-        batch = receive(receiver, step, objective)
-        t0 = time.time()
-        metrics = train_step(cfg, model, optim, batch, objective, pad_id)
-        metrics["tokens_per_s"] = metrics["trained_tokens"] / max(time.time() - t0, 1e-9)
-        compute_s = time.time() - t0
+
+    def after(step: int, metrics: dict[str, float]) -> None:
+        nonlocal checkpointed
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.
         if dist.get_rank() == 0:
-            sink.log({"step": step, "compute_s": compute_s, "wait_s": t0 - t_wait, **handoff, "time": time.time(),
-                      **metrics, "transport/refused": receiver.stats["refused"]})
-        t = time.time()
+            sink.log({"step": step, **handoff, "time": time.time(), **metrics, "transport/refused": receiver.stats["refused"]})
+        t0 = time.time()
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
             checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
             checkpointed = step + 1
-        handoff["ckpt_s"] = time.time() - t
-        t = time.time()
+        handoff["ckpt_s"] = time.time() - t0
+        t0 = time.time()
         publish(cfg, model, model_dir, step + 1, publisher, checkpointed)
-        handoff["publish_s"] = time.time() - t  # writing weights/step_N and inference loading it (filesystem)
+        handoff["publish_s"] = time.time() - t0  # writing weights/step_N and inference loading it (filesystem)
         losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
-            f"tokens {int(metrics['trained_tokens'])} compute {compute_s:.2f}s -> weights v{step + 1}")
+                 f"tokens {int(metrics['trained_tokens'])} compute {metrics['compute_s']:.2f}s -> weights v{step + 1}")
+
+    fit(t, ZmqSource(receiver), start, after)
     if receiver is not None:
         receiver.close()
         sink.close()

@@ -5,6 +5,7 @@ import random
 import subprocess
 import sys
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -46,6 +47,10 @@ def test_sft_lowers_held_out_loss_from_a_random_start(tmp_path):
                         str(tmp_path / "train.jsonl"), "--output_dir", str(tmp_path / "out"), "--max_steps", "60",
                         "--lr", "1e-3", "--warmup_steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    # the trainer's step (trainer/train.py) ran every step: its metrics, its schedule (model/optim.py)
+    rows = [json.loads(ln) for ln in (tmp_path / "out" / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(60)) and all(r["trained_tokens"] > 0 and r["grad_norm"] > 0 for r in rows)
+    assert [r["lr"] for r in rows] == pytest.approx([1e-3 * min(1.0, (s + 1) / 10) for s in range(60)], rel=1e-12)
     before, after = answer_nll(start, held_out), answer_nll(tmp_path / "out", held_out)
     assert before > 5.0  # ~ln(512) for random weights
     assert after < before - 2.5, (before, after)

@@ -2,10 +2,12 @@
 prefers the chosen reply on pairs it never trained on (held-out DPO loss below ln 2, most
 margins positive), measured against the same frozen reference the dataset's log-probs came from."""
 
+import json
 import math
 import subprocess
 import sys
 
+import pytest
 import torch
 from datasets import load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -37,6 +39,10 @@ def test_sft_dpo_prefers_chosen_on_unseen_pairs(tmp_path, tiny_model_dir):
                         "--model", "tiny", "--output_dir", str(tmp_path / "out"), "--max_steps", "12", "--batch_size", "8",
                         "--lr", "1e-4", "--warmup_steps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(ln) for ln in (tmp_path / "out" / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(12))
+    # step 0: the policy is the reference the dataset was scored with (the trainer's dpo channel, its batched rows)
+    assert rows[0]["loss/dpo"] == pytest.approx(math.log(2), abs=1e-6)
     before, acc_before = held_out_loss_and_accuracy(tiny_model_dir, held)
     assert abs(before - math.log(2)) < 1e-4  # the dataset's reference is the starting model
     after, acc_after = held_out_loss_and_accuracy(tmp_path / "out", held)
@@ -57,4 +63,12 @@ def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(dataset), "--model", "tiny",
                         "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "train on it with --objective dpo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    unrenderable = tmp_path / "ds2"
+    Dataset.from_list([{"prompt": [], "chosen": [], "rejected": [], "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}]
+                      ).save_to_disk(str(unrenderable))
+    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(unrenderable),
+                        "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and f"{unrenderable}: pair 0: cannot be rendered" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()

@@ -63,9 +63,11 @@ class Context:
     frozen initial weights (built once, sharded like the policy, shared by every channel that
     asks: the k3 reference and a frozen teacher are the same weights)."""
 
-    def __init__(self, policy: torch.nn.Module, model_dir: str, pad_id: int, share_cap: int | None = None) -> None:
+    def __init__(self, policy: torch.nn.Module, model_dir: str, pad_id: int, share_cap: int | None = None,
+                 compute_dtype: torch.dtype = torch.float32) -> None:
         self.policy, self.model_dir, self.pad_id = policy, model_dir, pad_id
         self.share_cap = share_cap  # the trainer's: a channel's own forwards group shared prefixes as the trainer does
+        self.compute_dtype = compute_dtype  # the policy's: frozen copies compute as it does
         self._frozen: torch.nn.Module | None = None
 
     def frozen_initial(self) -> torch.nn.Module:
@@ -78,7 +80,7 @@ class Context:
         Imported here: transformers and FSDP take seconds, and a config check needs neither."""
         from composer_prime.trainer.model import frozen_copy
 
-        return frozen_copy(self.model_dir)
+        return frozen_copy(self.model_dir, self.compute_dtype)
 
     @property
     def device(self) -> str:
