@@ -27,7 +27,14 @@ def main(argv: list[str] | None = None) -> None:
     elif not auth.is_loopback(host := auth.zmq_host(cfg.transport.address)):
         auth.refuse(f"transport.address = {host} is beyond loopback, where batches travel only encrypted (CURVE); {auth.HOW}")
     pin_cpus(cfg.cpus, "orchestrator")
-    from composer_prime.env_runtime.tasksets import EnvError
+    from composer_prime.env_runtime.envs import CHEAP, check_envs
+    from composer_prime.env_runtime.errors import EnvError
+
+    try:  # a package missing, a server not answering: one line before transformers and verifiers load
+        check_envs(cfg, CHEAP)
+    except EnvError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     from composer_prime.orchestrator.client import InferenceUnreachable
     from composer_prime.orchestrator.orchestrator import Orchestrator
 

@@ -53,13 +53,15 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
                 check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
             if not dry_run and hasattr(p.config, "binds"):
                 check_binds(p.config.binds(), provenance, prefix=f"{p.name}.")
-        if dry_run:  # every environment installed, its args valid: what the orchestrator would find at start
-            from composer_prime.env_runtime.tasksets import EnvError, check_envs  # verifiers: seconds to import
+        # every environment installed, its args valid: what the orchestrator would find at start (at a
+        # real start only the cheap kinds: a verifiers import takes seconds, the orchestrator's own start says it)
+        from composer_prime.env_runtime.envs import CHEAP, check_envs
+        from composer_prime.env_runtime.errors import EnvError
 
-            try:
-                check_envs(next(p.config for p in processes if p.name == "orchestrator"))
-            except EnvError as e:
-                raise ConfigError(f"{e} ({place_of('orchestrator.envs', provenance)})") from None
+        try:
+            check_envs(next(p.config for p in processes if p.name == "orchestrator"), *(() if dry_run else (CHEAP,)))
+        except EnvError as e:
+            raise ConfigError(f"{e} ({place_of('orchestrator.envs', provenance)})") from None
         paths = {p.name: run / "configs" / f"{p.name}.toml" for p in processes}
         try:
             for p in processes:

@@ -3,25 +3,45 @@ orchestrator's rollouts, `composer-prime env eval` and (for scoring) `env valida
 
 The orchestrator samples turns as token ids through the token route (orchestrator/rollouts.py);
 `env eval` samples them as chat messages from any OpenAI-compatible server (hub/evaluate.py).
-Both hand `run_episode` a `TurnSource`, and it does the rest: open the task's tool session,
-converse (sample a turn, parse its tool call, run it in the session, append the tool's reply,
-until a reply makes no call, the session says done, or the turn limit), score the final reply,
-close the session, and find the turns that went wrong.
+Both hand `run_episode` a `TurnSource`, and it does the rest: open the episode (the task's tool
+session, the messages before the first turn, the tools), converse (sample a turn, parse its tool
+call, run it in the session, append the tool's reply, until a reply makes no call, the session
+says done, or the turn limit), score the final reply, close the session, and find the turns that
+went wrong.
+
+Whatever the environment's kind, an episode is this one sequence: a verifiers Task opens its
+session in-process and is scored by its own rewards; a task of another kind (an OpenEnv server's,
+env_runtime/openenv.py) brings its own `open_episode`, whose session talks to the server and
+whose score is the server's reward. A fault of the environment's machinery (not of the model's
+turns) is an `EpisodeFault`: the caller drops the rollout and counts it by its reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 import verifiers.v1 as vf
 
 from composer_prime.env_runtime.error_sites import ErrorSite, detect, site_metrics
-from composer_prime.env_runtime.tasksets import score
+from composer_prime.env_runtime.tasksets import messages, score
 from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.env_runtime.turns import Turn, tool_message, tool_metrics
 
 TURN_SEED_STRIDE = 7_777_777  # turn k samples with seed + k * stride: distinct, reproducible streams
+# Why an episode's environment failed it (EpisodeFault.reason): its server died or closed the
+# connection, refused the session at capacity, did not answer in time, answered with an
+# observation its own schema rejects, or refused a request with an error of its own.
+FAULTS = ("server_died", "capacity", "timeout", "schema", "refused")
+
+
+class EpisodeFault(Exception):
+    """The environment failed this episode; the rollout is dropped and counted by `reason`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        assert reason in FAULTS, reason
+        super().__init__(message)
+        self.reason = reason
 
 
 class TurnSource(Protocol):
@@ -32,6 +52,17 @@ class TurnSource(Protocol):
 
     def add_tool_reply(self, turn: Turn, message: dict) -> None:
         """Append the tool's message to the context the next turn sees."""
+
+
+@dataclass
+class Opened:
+    """An episode once open: what the first turn sees and how the last reply is scored."""
+
+    session: Any  # the tool session (call, close, tools), None for a single-turn task
+    opening: list[dict]  # the chat messages before the first turn
+    tools: list[dict]  # the session's tool schemas (OpenAI function format)
+    score: Callable[[str], Awaitable[tuple[float, dict[str, float]]]]  # final reply -> (reward, metrics)
+    render_tools: bool = False  # the chat template renders `tools` into the prompt (the task's prompt does not describe them)
 
 
 @dataclass
@@ -76,12 +107,27 @@ async def open_session(task: vf.Task) -> Any:
     return await task.open_session() if hasattr(task, "open_session") else None
 
 
-async def run_episode(task: vf.Task, source: TurnSource, max_turns: int) -> Episode:
+async def open_episode(task: Any) -> Opened:
+    """Open an episode of `task`: its own `open_episode` (another kind's task), else a verifiers
+    Task's tool session, prompt and rewards."""
+    if (own := getattr(task, "open_episode", None)) is not None:
+        return await own()
     session = await open_session(task)
-    tools = list(getattr(session, "tools", None) or [])
+
+    async def score_reply(reply: str) -> tuple[float, dict[str, float]]:
+        return await score(task, reply, session)
+
+    return Opened(session, messages(task), list(getattr(session, "tools", None) or []), score_reply)
+
+
+async def run_episode(task: Any, source: TurnSource, max_turns: int, opened: Opened | None = None) -> Episode:
+    """One episode; `opened` when the caller opened it already (to build its prompt from the
+    opening), else it is opened here. Raises EpisodeFault when the environment fails it."""
+    opened = opened if opened is not None else await open_episode(task)
+    session, tools = opened.session, opened.tools
     try:
         turns = await converse(source, session, max_turns)
-        reward, metrics = await score(task, turns[-1].text if turns else "", session)
+        reward, metrics = await opened.score(turns[-1].text if turns else "")
     finally:
         if session is not None:
             await session.close()

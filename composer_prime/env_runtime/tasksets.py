@@ -20,15 +20,11 @@ from pydantic import ValidationError
 from verifiers.v1.utils.generic import concrete_type
 from verifiers.v1.utils.loaders import taskset_class
 
-from composer_prime.config.models import OrchestratorConfig
+from composer_prime.env_runtime.errors import EnvError  # noqa: F401 - also this module's name for it (its users import it here)
 
 INSTALL_HINT = ("install its package with `uv pip install <directory, wheel or name>` from anywhere "
                 "(e.g. `uv pip install -e environments/{name}`), "
                 "or from the hub with `composer-prime env install owner/{name}`")
-
-
-class EnvError(Exception):
-    """An environment that cannot be used as configured; the message is one line."""
 
 
 def _module(taskset_id: str) -> str:
@@ -78,19 +74,6 @@ def taskset_config(taskset_id: str, args: dict[str, Any]) -> tuple[type[vf.Tasks
         raise EnvError(f"environment '{taskset_id}': bad args: {problems}") from None
     except Exception as e:  # noqa: BLE001 - a validator of the environment's config raised something else
         raise EnvError(f"environment '{taskset_id}' ({_args_text(args)}): {_describe(e)}") from None
-
-
-def check_envs(cfg: OrchestratorConfig) -> None:
-    """Raise EnvError unless every environment is installed and its train and held-out args
-    validate; cheap: no task is built (`rl --dry-run` calls it)."""
-    for i, env in enumerate(cfg.envs):
-        where = f"orchestrator.envs[{i}]"
-        try:
-            taskset_class_of(env.id)
-            for where, args in ((f"{where}.args", env.args), (f"{where}.eval_args", env.eval_args)):
-                taskset_config(env.id, args)
-        except EnvError as e:
-            raise EnvError(f"{where}: {e}") from None
 
 
 def load_tasks(taskset_id: str, args: dict[str, Any]) -> list[vf.Task]:

@@ -10,6 +10,10 @@ start, and again after every restart), so the orchestrator needs none of the tra
 Each step is two stages: `collect` samples groups (dynamic sampling, staleness) and `build`
 turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/batch.py:
 one per channel that needs orchestrator-side work, e.g. distill's hints and teacher views).
+
+Environments of every kind look alike here (env_runtime/envs.py): tasks, a start and a close.
+A rollout its environment failed (a server that died, refused or stalled) is dropped, counted by
+reason (`dropped/<reason>`), and the step goes on with the others.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from transformers import AutoTokenizer
 from composer_prime.config import OrchestratorConfig
 from composer_prime.config.models import EnvConfig
 from composer_prime.contract.batches import Batch
-from composer_prime.env_runtime.tasksets import load_tasks
+from composer_prime.env_runtime.envs import Env, load_env
+from composer_prime.env_runtime.episode import FAULTS
 from composer_prime.model.resolve import resolve_model
 from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
 from composer_prime.orchestrator.batch import BatchContext, make_steps
@@ -47,6 +52,7 @@ class EnvRun:
     """One environment of the mix: its tasks and its share of every batch."""
 
     cfg: EnvConfig
+    env: Env  # its tasks, start, close and counters
     train: list
     held_out: list
     group_size: int
@@ -62,12 +68,24 @@ class Collected:
     flat: list[Rollout] = field(default_factory=list)  # rollouts of groups dropped for a flat reward
     seen: dict[str, list[Rollout]] = field(default_factory=dict)  # per environment: kept, flat and stale
     stats: dict[str, int] = field(default_factory=lambda: {"stale": 0, "flat_groups": 0, "groups": 0})
+    dropped: dict[str, list[Rollout]] = field(default_factory=dict)  # per environment: rollouts its environment failed
     tokens: int = 0  # model tokens sampled
     start: float = field(default_factory=time.time)
 
 
 def mean(xs: list[float]) -> float:
     return sum(xs) / max(1, len(xs))
+
+
+def dropped_metrics(dropped: list[Rollout]) -> dict[str, int]:
+    """`dropped` and `dropped/<reason>` for every reason (0 when absent: a sum over steps is a count)."""
+    return {"dropped": len(dropped), **{f"dropped/{k}": sum(r.dropped == k for r in dropped) for k in FAULTS}}
+
+
+def keep(rollouts: list[Rollout], dropped: list[Rollout]) -> list[Rollout]:
+    """The rollouts their environment finished; the others are appended to `dropped`."""
+    dropped += [r for r in rollouts if r.dropped]
+    return [r for r in rollouts if not r.dropped]
 
 
 def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
@@ -86,8 +104,9 @@ class Orchestrator:
         self.run = Path(cfg.output_dir)
         self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model))
         groups, total = cfg.groups_per_step(), sum(e.ratio for e in cfg.envs)
-        self.envs = [EnvRun(e, load_tasks(e.id, e.args), load_tasks(e.id, e.eval_args)[: cfg.eval.num_tasks],
-                            e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e in cfg.envs]
+        loaded = [load_env(e, cfg.eval.num_tasks, self.run / "logs") for e in cfg.envs]
+        self.envs = [EnvRun(e, env, env.train, env.held_out, e.group_size or cfg.group_size, groups[e.id], e.ratio / total)
+                     for e, env in zip(cfg.envs, loaded)]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
@@ -108,7 +127,9 @@ class Orchestrator:
                                                           for i, t in enumerate(env.held_out))) for env in self.envs))
         row: dict = {}
         for env, groups in zip(self.envs, per_env):  # every environment's held-out set in one concurrent pass
-            row |= env_metrics(f"eval/{env.cfg.id}", [r for g in groups for r in g])
+            dropped: list[Rollout] = []
+            row |= env_metrics(f"eval/{env.cfg.id}", keep([r for g in groups for r in g], dropped))
+            row[f"eval/{env.cfg.id}/dropped"] = len(dropped)
         row["eval_reward"] = sum(env.weight * row[f"eval/{env.cfg.id}/reward"] for env in self.envs)
         return row, version
 
@@ -117,7 +138,7 @@ class Orchestrator:
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}-{step}")
         kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
-        c = Collected(seen={env.cfg.id: [] for env in self.envs})
+        c = Collected(seen={env.cfg.id: [] for env in self.envs}, dropped={env.cfg.id: [] for env in self.envs})
         for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full
             draws = [(env, env.train[rng.randrange(len(env.train))], rng.randrange(2**31))
                      for env in self.envs for _ in range(env.groups - len(kept[env.cfg.id]))]
@@ -126,8 +147,10 @@ class Orchestrator:
             groups = await asyncio.gather(*(self._group(env, task, env.group_size, seed) for env, task, seed in draws))
             for (env, _, _), g in zip(draws, groups):
                 c.stats["groups"] += 1
-                c.seen[env.cfg.id] += g
                 c.tokens += sum(r.model_tokens for r in g)
+                if not (g := keep(g, c.dropped[env.cfg.id])):
+                    continue
+                c.seen[env.cfg.id] += g
                 shaped = [self.shaped(r) for r in g]  # once per group: spread check and advantages
                 if min(r.weight_version for r in g) < step - cfg.max_async_level:
                     c.stats["stale"] += len(g)
@@ -169,8 +192,14 @@ class Orchestrator:
             "empty_batch": int(not any(any(w) for s in batch.samples for w in s.channel_weights.values())),
             **step_metrics,
         }
+        info |= dropped_metrics([r for rs in c.dropped.values() for r in rs])
         for env in self.envs:
             info |= env_metrics(f"env/{env.cfg.id}", c.seen[env.cfg.id])
+            info[f"env/{env.cfg.id}/dropped"] = len(c.dropped.get(env.cfg.id, []))
+            info |= {f"env/{env.cfg.id}/{k}": v for k, v in env.env.stats().items()}
+            if dropped := c.dropped.get(env.cfg.id):
+                log.warning(f"step {step}: {env.cfg.id}: {len(dropped)} rollout(s) dropped, e.g. "
+                            f"{dropped[0].dropped}: {dropped[0].dropped_detail}")
         return Batch(step=step, samples=batch.samples), info
 
     def shaped(self, r) -> float:
@@ -187,9 +216,13 @@ class Orchestrator:
 
     async def run_loop(self) -> None:
         try:
+            for env in self.envs:
+                await env.env.start()
             await self._loop()
         finally:  # also when inference is gone: the session closes before the process reports it
             await self.client.close()
+            for env in self.envs:
+                await env.env.close()
 
     async def _loop(self) -> None:
         cfg = self.cfg

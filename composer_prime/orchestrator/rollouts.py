@@ -1,11 +1,12 @@
 """One rollout and one group: render the prompt, generate through the token route, run tools, score.
 
 The episode itself (tool session, conversation loop, scoring, error sites) is the environment
-runtime's `run_episode`; what is the orchestrator's own is how a turn is generated: sampled as
-token ids through the inference server's token route and appended to one token sequence with a
-mask of what the model sampled, so the trainer learns from model tokens only, at their sampling
-log-probs. A tool's reply is appended as the chat template renders it, never re-tokenising
-what came before.
+runtime's `run_episode`, whatever the environment's kind; what is the orchestrator's own is how a
+turn is generated: sampled as token ids through the inference server's token route and appended
+to one token sequence with a mask of what the model sampled, so the trainer learns from model
+tokens only, at their sampling log-probs. A tool's reply is appended as the chat template renders
+it, never re-tokenising what came before. A rollout whose environment failed it (EpisodeFault)
+comes back marked `dropped` with the reason, to be counted and left out.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.batches import Sample
-from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
+from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, open_episode, run_episode
 from composer_prime.env_runtime.error_sites import ErrorSite
-from composer_prime.env_runtime.tasksets import messages
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.utils.chat import continuation_ids, encode_chat
@@ -29,7 +29,7 @@ from composer_prime.utils.chat import continuation_ids, encode_chat
 @dataclass
 class Rollout:
     env: str
-    task: vf.Task
+    task: vf.Task  # or another kind's task (env_runtime/envs.py)
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)  # model and tool tokens after the prompt
     logprobs: list[float] = field(default_factory=list)  # sampling log-prob on model tokens, 0 elsewhere
@@ -42,6 +42,8 @@ class Rollout:
     opening: list[dict] = field(default_factory=list)  # the task's messages before the first turn
     tools: list[dict] = field(default_factory=list)  # the session's tool schemas
     sites: list[ErrorSite] = field(default_factory=list)  # turns that went wrong, and why
+    dropped: str | None = None  # why the environment failed the episode (episode.FAULTS); never trained on
+    dropped_detail: str = ""  # the fault's message
 
     @property
     def model_tokens(self) -> int:
@@ -100,9 +102,24 @@ class TokenTurns:
 
 async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task,
                   sampling: SamplingParams, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore) -> Rollout:
-    opening = messages(task)
-    r = Rollout(env, task, encode_chat(tok, opening), opening=list(opening))
-    ep = await run_episode(task, TokenTurns(r, client, tok, sampling, seq_len, seed, sem), max_turns)
+    r = Rollout(env, task, [])
+    try:
+        opened = await open_episode(task)
+    except EpisodeFault as e:
+        r.dropped, r.dropped_detail = e.reason, str(e)
+        return r
+    try:
+        r.opening = list(opened.opening)
+        r.prompt_ids = encode_chat(tok, opened.opening, tools=opened.tools if opened.render_tools else None)
+    except BaseException:
+        if opened.session is not None:
+            await opened.session.close()
+        raise
+    try:
+        ep = await run_episode(task, TokenTurns(r, client, tok, sampling, seq_len, seed, sem), max_turns, opened)
+    except EpisodeFault as e:
+        r.dropped, r.dropped_detail = e.reason, str(e)
+        return r
     r.turns, r.reward, r.metrics, r.tools, r.sites = ep.turns, ep.reward, ep.metrics, ep.tools, ep.sites
     return r
 

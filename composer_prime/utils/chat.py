@@ -8,8 +8,11 @@ if TYPE_CHECKING:  # annotations only: a config check imports this (through the 
     from transformers import PreTrainedTokenizerBase
 
 
-def encode_chat(tok: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+def encode_chat(tok: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = True,
+                tools: list[dict] | None = None) -> list[int]:
+    """`messages` rendered by the model's template; `tools` (OpenAI function schemas) go to the
+    template, which renders them where the model expects its tools (a template may ignore them)."""
+    text = tok.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt)
     return tok.encode(text, add_special_tokens=False)
 
 

@@ -1,0 +1,1 @@
+"""The openenv-calc server: the environment (environment.py) and its app (app.py)."""
