@@ -28,3 +28,15 @@ def test_an_inproc_pair_still_works():
         b.connect("inproc://tier-rule")
         a.send(b"x")
         assert b.recv() == b"x"
+
+
+def test_test_file_basenames_are_unique():
+    """Test directories are not packages, so pytest imports each test file by its basename: two files
+    of one name anywhere under tests/ or an environment's tests/ stop the whole collection."""
+    from collections import Counter
+
+    from tests.conftest import ROOT
+
+    files = [p for d in ("tests", "environments") for p in (ROOT / d).rglob("test_*.py") if "fixtures" not in p.parts]
+    assert len(files) > 50
+    assert [name for name, n in Counter(p.name for p in files).items() if n > 1] == []
