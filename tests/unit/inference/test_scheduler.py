@@ -137,6 +137,27 @@ def test_a_failing_step_fails_the_requests_in_flight_and_the_engine_keeps_servin
     assert answers["z"].token_ids == alone([1], SamplingParams(max_tokens=5, seed=1))[0]
 
 
+def test_waiting_requests_are_admitted_together_once_the_oldest_has_waited():
+    model = TableModel()
+    scheduler = Scheduler(DeviceBatch(model, 8, LENGTH), gather_s=60.0)
+    params = SamplingParams(max_tokens=6, stop_token_ids=(-1,))
+    first = Request([1], params, lambda g: None)
+    scheduler.submit(first)
+    scheduler.tick()
+    assert (len(scheduler.live), scheduler.steps) == (0, 0)  # not yet due
+    first.arrived -= 60
+    scheduler.tick()
+    assert (len(scheduler.live), scheduler.steps) == (1, 1)
+    late = [Request([2 + i], params, lambda g: None) for i in range(2)]
+    for r in late:
+        scheduler.submit(r)
+    scheduler.tick()
+    assert (len(scheduler.live), len(scheduler.waiting), scheduler.steps) == (1, 2, 2)  # decoding goes on meanwhile
+    late[0].arrived -= 60
+    scheduler.tick()
+    assert (len(scheduler.live), model.prefills) == (3, [1, 2])  # both in one prefill, the younger with the older
+
+
 @pytest.mark.parametrize("seed", [None, 3])
 def test_no_seed_draws_one_and_a_seed_is_kept(seed):
     r = Request([1], SamplingParams(seed=seed), lambda g: None)

@@ -28,7 +28,7 @@ from composer_prime.inference.engines.base import check_score_args
 from composer_prime.inference.engines.hf.batch import DeviceBatch
 from composer_prime.inference.engines.hf.cache import ATTENTION, SlotModel
 from composer_prime.inference.engines.hf.graphs import GraphedStep, bucket
-from composer_prime.inference.engines.hf.scheduler import Request, Scheduler
+from composer_prime.inference.engines.hf.scheduler import GATHER_S, Request, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,11 @@ class HFEngine:
         self.slots = SlotModel(self.model, self.max_batch, self.max_model_len)
         self.batch = DeviceBatch(self.slots, self.max_batch, self.max_model_len, self.device)
         if self.graphs == "off":
-            self.scheduler = Scheduler(self.batch)
+            self.scheduler = Scheduler(self.batch, gather_s=GATHER_S)
         else:
             step = GraphedStep(self.batch.decode_step, compile=self.graphs == "compile")
-            self.scheduler = Scheduler(self.batch, step, lambda n, w: bucket(n, w, self.max_batch, self.max_model_len))
+            shape = lambda n, w: bucket(n, w, self.max_batch, self.max_model_len)  # noqa: E731
+            self.scheduler = Scheduler(self.batch, step, shape, GATHER_S)
 
     def _serve(self) -> None:
         with torch.no_grad():  # grad mode is per thread

@@ -5,7 +5,7 @@ Python takes longer than running them (DESIGN.md §8: 7 ms a step for SmolLM2-13
 cache on the H100, against 0.09 ms to read its weights). `GraphedStep` records the step once per
 shape and replays it afterwards. Shapes are bucketed so that few graphs serve every batch: the
 row count to a power of two (or the batch's size), the attended width to a multiple of 64
-slots; rows past the live ones are frozen ones (batch.py), slots past a row's position are
+slots; rows past the live ones are free ones (batch.py), slots past a row's position are
 masked. With `compile`, the step is first compiled by Inductor (fused element-wise kernels,
 fewer to replay) and the compiled code is what is recorded.
 
@@ -30,8 +30,9 @@ Step = Callable[[int, int, bool], None]
 
 
 def bucket(n: int, w: int, rows: int, length: int) -> tuple[int, int]:
-    """The recorded shape that covers n live rows attending over w slots."""
-    b = 1 << max(0, n - 1).bit_length()
+    """The recorded shape that covers n live rows attending over w slots. Never one row where two
+    fit: torch.compile specialises a size of 1, so a one-row shape would be compiled apart."""
+    b = max(2, 1 << max(0, n - 1).bit_length())
     return min(b, rows), min(-(-w // WIDTH_BUCKET) * WIDTH_BUCKET, length)
 
 

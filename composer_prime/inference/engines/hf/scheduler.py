@@ -4,9 +4,9 @@ Between two decode steps (a step boundary) the loop, in this order: runs queued 
 and a weight swap once no request is in flight: while one waits, nothing new is admitted, so
 every completion is decoded by one set of weights, as the server's version stamp says); retires
 the requests whose last step finished them (stop token or budget) and closes the holes they
-leave by moving the last live rows into them; admits waiting requests into the free rows (their
-prompts prefilled together, one prefill per distinct prompt) and decodes one step for every live
-row. A request's tokens depend only on its prompt, its parameters and its seed, never on the
+leave by moving the last live rows into them; admits waiting requests into the free rows once the
+oldest has waited a few milliseconds (their prompts prefilled together, one prefill per distinct
+prompt) and decodes one step for every live row. A request's tokens depend only on its prompt, its parameters and its seed, never on the
 rows around it or on when it joined (sampling.py).
 
 `tick` is one boundary and one step, for tests to drive; `run` is the serving thread's loop.
@@ -30,7 +30,7 @@ from composer_prime.contract.inference import Generation
 from composer_prime.inference.engines.hf.batch import DeviceBatch
 
 log = logging.getLogger(__name__)
-GATHER_S = 0.005  # an idle engine waits this long for the rest of a burst, to prefill it together
+GATHER_S = 0.005  # the oldest waiting request waits this long for others, to be prefilled with them
 
 
 @dataclass
@@ -39,9 +39,11 @@ class Request:
     params: SamplingParams
     reply: Callable[[Generation | BaseException], None]
     seed: int = 0
+    arrived: float = 0.0
 
     def __post_init__(self) -> None:
         self.seed = self.params.seed if self.params.seed is not None else random.getrandbits(63)
+        self.arrived = time.monotonic()
 
 
 @dataclass
@@ -53,10 +55,12 @@ class Job:
 
 class Scheduler:
     def __init__(self, batch: DeviceBatch, step: Callable[[int, int, bool], None] | None = None,
-                 shape: Callable[[int, int], tuple[int, int]] | None = None) -> None:
+                 shape: Callable[[int, int], tuple[int, int]] | None = None, gather_s: float = 0.0) -> None:
         """`step(b, w, use_top_p)` decodes (default: the batch's own step); `shape(n, w)` gives the
-        (rows, width) to run for n live rows attending over w slots (default: exactly those)."""
-        self.batch = batch
+        (rows, width) to run for n live rows attending over w slots (default: exactly those). Waiting
+        requests are admitted once the oldest has waited `gather_s`: requests that trickle in are
+        prefilled a few together, not one prefill (a whole forward's launches on a GPU) per step."""
+        self.batch, self.gather_s = batch, gather_s
         self.step = step or batch.decode_step
         self.shape = shape or (lambda n, w: (n, w))
         self.live: list[Request] = []  # row i decodes live[i]
@@ -86,16 +90,20 @@ class Scheduler:
     def run(self) -> None:
         while True:
             with self.cond:
-                idle = not self.live
-                while not (self.stopping or self.waiting or self.jobs or self.live):
-                    self.cond.wait()
+                while not (self.stopping or self.jobs or self.live):
+                    if not self.waiting:
+                        self.cond.wait()
+                    elif (left := self._due_in()) > 0:
+                        self.cond.wait(left)
+                    else:
+                        break
                 if self.stopping:
                     return
-                if idle and self.waiting:  # the first request of a burst: let the rest arrive
-                    deadline = time.monotonic() + GATHER_S
-                    while not self.stopping and (left := deadline - time.monotonic()) > 0:
-                        self.cond.wait(left)
             self.tick()
+
+    def _due_in(self) -> float:
+        """Seconds until the waiting requests may be admitted."""
+        return self.waiting[0].arrived + self.gather_s - time.monotonic()
 
     def tick(self) -> None:
         """One step boundary, then one decode step if any row is live."""
@@ -128,6 +136,8 @@ class Scheduler:
 
     def _admit(self) -> None:
         with self.cond:
+            if not self.waiting or self._due_in() > 0:
+                return
             new = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.batch.rows - len(self.live)))]
         if not new:
             return
