@@ -1,31 +1,28 @@
 """OpenEnv environments in a run: an OpenEnv server's episodes, driven over its WebSocket route `/ws`.
 
 A task is one `reset` of the server: `reset(seed=i, **args)` for seed i < `num_tasks` (an `args`
-key of its own; the other keys go to `reset` as they are). An episode is one WebSocket connection
-(the server makes an environment per connection; its HTTP `/reset` and `/step` keep no episode):
+key of its own; the other keys go to `reset` as they are). Episodes need a WebSocket session (the
+server makes an environment per session; its HTTP `/reset` and `/step` keep no episode); a slot's
+session stays open for its next episode, which `reset` starts (openenv_servers.py):
 - the reset observation's `messages` (chat messages) open the conversation; without them its
   `prompt` is the user turn, or else the observation itself as JSON;
-- the environment's MCP tools (a `list_tools` step) are the model's tools, rendered into the
-  prompt by the chat template; a tool call the model writes is parsed as for any environment
-  (env_runtime/tool_calls.py) and made as a `call_tool` step; the step's result, or its error,
-  is the tool's reply, and its `done` ends the episode;
+- the environment's MCP tools (a `list_tools` step, once a session) are the model's tools, rendered
+  into the prompt by the chat template; a tool call the model writes is parsed as for any
+  environment (env_runtime/tool_calls.py, so error sites and hints work alike) and made as a
+  `call_tool` step; the step's result, or its error, is the tool's reply, its `done` ends the episode;
 - a final reply without a call goes to the environment's `answer` tool when it has one (its one
-  argument is the reply), ending the episode; the episode's reward is the sum of its steps'
-  rewards, as the server computes them.
-Only the model's tokens are trained (orchestrator/rollouts.py masks the rest), error sites and
-hints come from the same turns as for verifiers environments.
-
-A fault of the server (it dies or closes the connection, refuses the session at capacity, does
-not answer within `step_timeout_s`, answers with an observation its own /schema rejects, or
-refuses a request with its own error) is an EpisodeFault: the rollout is dropped and counted.
+  argument is the reply); the episode's reward is the sum of its steps' rewards, the server's.
+Only the model's tokens are trained (orchestrator/rollouts.py masks the rest). A fault of the
+server (it dies or closes the connection, refuses the session at capacity, does not answer within
+`step_timeout_s`, answers with an observation its own /schema rejects, or refuses a request with
+its own error) is an EpisodeFault: the rollout is dropped and counted, the session closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +30,8 @@ import aiohttp
 
 from composer_prime.config.models import EnvConfig
 from composer_prime.env_runtime.episode import EpisodeFault, Opened
-from composer_prime.env_runtime.openenv_servers import Schemas, Server, Servers
 from composer_prime.env_runtime.errors import EnvError
-
-log = logging.getLogger(__name__)
+from composer_prime.env_runtime.openenv_servers import Schemas, Server, Servers, Slot
 
 ANSWER = "answer"  # the tool a final reply goes to, when the environment has it
 TRAIN_TASKS = 1_000_000  # training seeds when `args` names no num_tasks
@@ -91,77 +86,95 @@ def answer_argument(tools: list[dict]) -> str | None:
 # -- one episode ---------------------------------------------------------------------------------
 
 class Connection:
-    """One WebSocket session: a request, its reply; every failure an EpisodeFault."""
+    """One WebSocket session: requests and their replies, in order; every failure an EpisodeFault."""
 
     def __init__(self, ws: Any, timeout_s: float) -> None:
         self.ws, self.timeout_s = ws, timeout_s
 
-    async def request(self, message: dict) -> dict:
+    async def request(self, *messages: dict) -> list[dict]:
+        """The replies' data to `messages`, sent together (the server answers them in order)."""
+        what = "/".join(m["type"] for m in messages)
         try:
-            reply = await asyncio.wait_for(self._roundtrip(message), self.timeout_s)
+            replies = await asyncio.wait_for(self._roundtrip(messages), self.timeout_s)
         except asyncio.TimeoutError:
-            raise EpisodeFault("timeout", f"no answer to {message['type']} within {self.timeout_s:g} s") from None
+            raise EpisodeFault("timeout", f"no answer to {what} within {self.timeout_s:g} s") from None
         except (aiohttp.ClientError, ConnectionError, RuntimeError) as e:  # aiohttp: RuntimeError on a closed socket
             raise EpisodeFault("server_died", f"the connection failed: {type(e).__name__}: {e}") from None
         except ValueError as e:  # not JSON
-            raise EpisodeFault("schema", f"the reply to {message['type']} is not JSON: {e}") from None
-        if reply.get("type") == "error":
-            data = reply.get("data") or {}
-            reason = "capacity" if data.get("code") == "CAPACITY_REACHED" else "refused"
-            raise EpisodeFault(reason, f"{data.get('code')}: {data.get('message')}")
-        if not isinstance(reply.get("data"), dict):
-            raise EpisodeFault("schema", f"a reply with no data: {str(reply)[:200]}")
-        return reply["data"]
+            raise EpisodeFault("schema", f"the reply to {what} is not JSON: {e}") from None
+        return replies
 
-    async def _roundtrip(self, message: dict) -> dict:
+    async def _roundtrip(self, messages: tuple[dict, ...]) -> list[dict]:
         try:
-            await self.ws.send_str(json.dumps(message))
+            for message in messages:
+                await self.ws.send_str(json.dumps(message))
         except ConnectionError:
             pass  # a session refused at capacity: the server sent its error and closed; the error is still to read
-        m = await self.ws.receive()
-        if m.type != aiohttp.WSMsgType.TEXT:
-            raise ConnectionError(f"the server closed the connection ({m.type.name})")
-        return json.loads(m.data)
-
-    async def close(self) -> None:
-        try:
-            if not self.ws.closed:
-                await asyncio.wait_for(self.ws.send_str(json.dumps({"type": "close"})), 1.0)
-        except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError, RuntimeError):
-            pass  # the server went away already
-        await self.ws.close()
+        out = []
+        for _ in messages:
+            m = await self.ws.receive()
+            if m.type != aiohttp.WSMsgType.TEXT:
+                raise ConnectionError(f"the server closed the connection ({m.type.name})")
+            reply = json.loads(m.data)
+            if reply.get("type") == "error":  # the first error ends the exchange: the rest may never come
+                data = reply.get("data") or {}
+                reason = "capacity" if data.get("code") == "CAPACITY_REACHED" else "refused"
+                raise EpisodeFault(reason, f"{data.get('code')}: {data.get('message')}")
+            if not isinstance(reply.get("data"), dict):
+                raise EpisodeFault("schema", f"a reply with no data: {str(reply)[:200]}")
+            out.append(reply["data"])
+        return out
 
 
 class OpenEnvSession:
-    """The tool session of one episode: tool calls are steps, the reward is the steps' sum."""
+    """The tool session of one episode, on a slot's WebSocket session: tool calls are steps, the
+    reward is the steps' sum. The WebSocket stays open for the slot's next episode when this one
+    ends cleanly (scored); after a fault it is closed."""
 
-    def __init__(self, conn: Connection, schemas: Schemas, release: Callable[[], None],
-                 recover: Callable[[], Awaitable[Any]]) -> None:
-        self.conn, self.schemas, self._release, self._recover = conn, schemas, release, recover
+    def __init__(self, env: OpenEnvEnv, slot: Slot) -> None:
+        self.env, self.slot = env, slot
+        self.schemas = env.servers.schemas
+        self.conn: Connection | None = None
         self.tools: list[dict] = []
-        self.reward, self.done = 0.0, False
+        self.reward, self.done, self.clean = 0.0, False, False
 
-    async def request(self, message: dict) -> dict:
+    async def request(self, *messages: dict) -> list[dict]:
         try:
-            return await self.conn.request(message)
+            return await self.conn.request(*messages)
         except EpisodeFault as e:
+            await self.discard()
             if e.reason == "server_died":  # started here and dead: start it again for the episodes to come
-                await self._recover()
+                await self.env.servers.recover(self.slot.server)
             raise
 
     async def reset(self, data: dict) -> list[dict]:
-        """Reset with `data`, list the tools; the opening messages."""
-        step = await self.request({"type": "reset", "data": data})
+        """Reset with `data`; the opening messages. A new session's tools are listed in the same
+        exchange and kept for its later episodes (an environment's MCP tools are its own, not an
+        episode's). A slot's session whose server went away since its last episode is opened again, once."""
+        for attempt in range(2):
+            kept = self.slot.ws is not None and not self.slot.ws.closed
+            if not kept:
+                self.slot.ws, self.slot.tools = await self.env.open_ws(self.slot.server), None
+            self.conn = Connection(self.slot.ws, self.env.cfg.step_timeout_s)
+            listing = [{"type": "step", "data": {"type": "list_tools"}}] if self.slot.tools is None else []
+            try:
+                step, *listed = await self.request({"type": "reset", "data": data}, *listing)
+                break
+            except EpisodeFault as e:
+                if not (kept and e.reason == "server_died" and attempt == 0):
+                    raise
         self._check(self.schemas.reset, step, "reset")
-        tools = (await self.request({"type": "step", "data": {"type": "list_tools"}})).get("observation", {}).get("tools")
-        if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
-            raise EpisodeFault("schema", f"list_tools answered no tool list: {str(tools)[:200]}")
-        self.tools = tool_schemas(tools)
+        if listed:
+            tools = (listed[0].get("observation") or {}).get("tools")
+            if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+                raise EpisodeFault("schema", f"list_tools answered no tool list: {str(tools)[:200]}")
+            self.slot.tools = tool_schemas(tools)
+        self.tools = self.slot.tools
         return opening_messages(step.get("observation") or {})
 
     async def call(self, name: str, arguments: dict) -> dict:
-        step = await self.request({"type": "step", "data": {"type": "call_tool", "tool_name": name,
-                                                                 "arguments": arguments}})
+        [step] = await self.request({"type": "step", "data": {"type": "call_tool", "tool_name": name,
+                                                              "arguments": arguments}})
         self._check(self.schemas.step, step, f"the step calling {name}")
         self.reward += float(step.get("reward") or 0.0)
         reply = tool_reply(step)
@@ -172,13 +185,25 @@ class OpenEnvSession:
         """The episode's reward; a final reply that ended nothing goes to `answer` first."""
         if not self.done and (arg := answer_argument(self.tools)) is not None:
             await self.call(ANSWER, {arg: reply})
+        self.clean = True
         return self.reward, {}
+
+    async def discard(self) -> None:
+        """Close the slot's WebSocket (best effort: the server may be gone)."""
+        ws, self.slot.ws, self.slot.tools = self.slot.ws, None, None
+        if ws is not None and not ws.closed:
+            try:
+                await asyncio.wait_for(ws.send_str(json.dumps({"type": "close"})), 1.0)
+            except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError, RuntimeError):
+                pass  # the server went away already
+            await ws.close()
 
     async def close(self) -> None:
         try:
-            await self.conn.close()
+            if not self.clean:
+                await self.discard()
         finally:
-            self._release()
+            self.env.servers.release(self.slot)
 
     @staticmethod
     def _check(schema: Any, step: dict, what: str) -> None:
@@ -195,7 +220,7 @@ class OpenEnvTask:
         self.env, self.seed, self.args = env, seed, args
 
     async def open_episode(self) -> Opened:
-        session = await self.env.connect()
+        session = OpenEnvSession(self.env, await self.env.servers.slot())
         try:
             opening = await session.reset({**self.args, "seed": self.seed})
         except BaseException:
@@ -245,19 +270,9 @@ class OpenEnvEnv:
         await self.servers.start()
         self._http = aiohttp.ClientSession()
 
-    async def connect(self) -> OpenEnvSession:
-        """A session on a free slot; a server found dead is started again (if started here) and
-        tried once more before the episode is dropped."""
-        server = await self.servers.slot()
-        try:
-            ws = await self._open(server)
-        except BaseException:
-            self.servers.release(server)
-            raise
-        return OpenEnvSession(Connection(ws, self.cfg.step_timeout_s), self.servers.schemas,
-                              lambda: self.servers.release(server), lambda: self.servers.recover(server))
-
-    async def _open(self, server: Server) -> Any:
+    async def open_ws(self, server: Server) -> Any:
+        """A new WebSocket session on `server`; a server found dead is started again (if started
+        here) and tried once more before the episode is dropped."""
         url = server.url.replace("http", "ws", 1) + "/ws"
         for attempt in range(2):
             try:
@@ -274,6 +289,8 @@ class OpenEnvEnv:
         return {"server_restarts": float(self.servers.restarts)}
 
     async def close(self) -> None:
+        for ws in self.servers.open_sessions():
+            await ws.close()
         if self._http is not None:
             await self._http.close()
         self.servers.stop()

@@ -4,8 +4,10 @@ one URL; what the orchestrator checks before it trusts them, and their restart a
 openenv 0.10 has no `openenv serve`: an OpenEnv package's server is its ASGI app
 `<package>.server.app:app`, served here by uvicorn on loopback (a free port each), as many
 servers as configured. Each accepts `sessions` WebSocket sessions at once (its
-`max_concurrent_envs`); an episode takes a slot for its whole length and waits for one when all
-are taken, so the servers are never asked for more sessions than they were said to hold.
+`max_concurrent_envs`): a slot each, whose session stays open from one episode to the next (a
+`reset` starts the next), so an episode pays no connection. An episode takes a slot for its whole
+length and waits for one when all are taken, so the servers are never asked for more sessions
+than they were said to hold.
 
 A server is trusted once it answers `GET /health` and `GET /schema` (the observation schemas the
 episodes' observations are checked against). A server started here that dies is started again,
@@ -107,6 +109,15 @@ class Server:
         return self.proc is not None and self.proc.poll() is not None
 
 
+@dataclass
+class Slot:
+    """One session's place on a server, and its WebSocket while it is open."""
+
+    server: Server
+    ws: Any = None
+    tools: list[dict] | None = None  # the open session's tools, listed at its first episode
+
+
 class Servers:
     """The servers of one environment and their session slots."""
 
@@ -115,7 +126,8 @@ class Servers:
         self.servers: list[Server] = []
         self.schemas: Schemas | None = None
         self.restarts = 0
-        self._slots: asyncio.Queue[Server] | None = None
+        self._slots: asyncio.Queue[Slot] | None = None
+        self._all: list[Slot] = []
 
     def check(self) -> None:
         """What `--dry-run` and the start check: the package is installed, or the URL answers."""
@@ -141,9 +153,9 @@ class Servers:
             log.info(f"{self.env_id}: {len(self.servers)} OpenEnv server(s) of {self.sessions} session(s) each on "
                      f"{', '.join(s.url for s in self.servers)}")
         self._slots = asyncio.Queue()
-        for _ in range(self.sessions):
-            for s in self.servers:  # round robin: consecutive episodes go to different servers
-                self._slots.put_nowait(s)
+        self._all = [Slot(s) for _ in range(self.sessions) for s in self.servers]  # round robin over the servers
+        for slot in self._all:
+            self._slots.put_nowait(slot)
 
     async def _spawn(self, s: Server) -> None:
         argv = [sys.executable, "-m", "uvicorn", f"{app_module(self.env_id)}:app", "--host", "127.0.0.1",
@@ -172,13 +184,16 @@ class Servers:
         lines = [ln for ln in s.log_path.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1].strip() if lines else "(it printed nothing)"
 
-    async def slot(self) -> Server:
+    async def slot(self) -> Slot:
         """A session slot on one of the servers (waits while every slot is taken); give it back with `release`."""
         assert self._slots is not None, "start() first"
         return await self._slots.get()
 
-    def release(self, s: Server) -> None:
-        self._slots.put_nowait(s)
+    def release(self, slot: Slot) -> None:
+        self._slots.put_nowait(slot)
+
+    def open_sessions(self) -> list[Any]:
+        return [slot.ws for slot in self._all if slot.ws is not None]
 
     async def recover(self, s: Server) -> bool:
         """Start `s` again if it was started here and has died (once, however many episodes found it

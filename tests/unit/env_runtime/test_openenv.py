@@ -16,9 +16,8 @@ from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.env_runtime.episode import EpisodeFault
-from composer_prime.env_runtime.openenv import (Connection, OpenEnvSession, OpenEnvTask, answer_argument,
-                                                opening_messages, tool_reply, tool_schemas)
-from composer_prime.env_runtime.openenv_servers import Schemas
+from composer_prime.env_runtime.openenv import OpenEnvTask, answer_argument, opening_messages, tool_reply, tool_schemas
+from composer_prime.env_runtime.openenv_servers import Schemas, Slot
 from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.utils.chat import encode_chat
 from tests.support.scripted import ScriptedPolicy
@@ -105,17 +104,32 @@ SCHEMAS = Schemas.of({"observation": CallToolObservation.model_json_schema(),
                       "reset_observation": CalcObservation.model_json_schema()})
 
 
+class LoopbackServers:
+    """The servers' side an episode uses: slots (one here), schemas, release, recover."""
+
+    def __init__(self) -> None:
+        self.schemas, self.slots, self.released = SCHEMAS, [Slot(server=None)], 0
+
+    async def slot(self) -> Slot:
+        return self.slots[0]
+
+    def release(self, slot: Slot) -> None:
+        self.released += 1
+
+    async def recover(self, server) -> bool:
+        return False
+
+
 class LoopbackEnv:
+    """An OpenEnv environment whose WebSocket sessions are Loopbacks."""
+
     def __init__(self, **loopback) -> None:
-        self.released, self.loopback = 0, loopback
+        self.cfg, self.servers, self.loopback = SimpleNamespace(step_timeout_s=5.0), LoopbackServers(), loopback
         self.sockets: list[Loopback] = []
 
-    async def connect(self) -> OpenEnvSession:
+    async def open_ws(self, server) -> Loopback:
         self.sockets.append(Loopback(**self.loopback))
-        return OpenEnvSession(Connection(self.sockets[-1], 5.0), SCHEMAS, self.release, asyncio.sleep)
-
-    def release(self) -> None:
-        self.released += 1
+        return self.sockets[-1]
 
 
 def calc_call(expr: str, name: str = "calc") -> str:
@@ -148,7 +162,10 @@ def test_a_rollout_against_the_environment_reward_and_model_tokens(tok):
                                 {"role": "assistant", "content": r.turns[1].text}, {"role": "tool", "content": value},
                                 {"role": "assistant", "content": value}]
     assert r.prompt_ids + r.completion_ids == encode_chat(tok, conversation, add_generation_prompt=False)[:-1]
-    assert env.released == 1 and env.sockets[0].closed
+    # the session stays open for the slot's next episode, which resets it
+    assert env.servers.released == 1 and len(env.sockets) == 1 and not env.sockets[0].closed
+    again = run(tok, env, [calc_call(env_question), value])
+    assert again.reward == 1.0 and len(env.sockets) == 1 and env.servers.released == 2
 
 
 def test_the_reward_is_the_environments_and_a_refused_session_is_a_fault(tok):
@@ -158,6 +175,7 @@ def test_the_reward_is_the_environments_and_a_refused_session_is_a_fault(tok):
     assert r.dropped is None and r.reward == 0.5  # the first call worked, the answer is wrong
     refused = LoopbackEnv(capacity_reached=True)
     r = run(tok, refused, ["never sampled"])
-    assert (r.dropped, r.turns, r.prompt_ids) == ("capacity", [], []) and refused.released == 1
+    assert (r.dropped, r.turns, r.prompt_ids) == ("capacity", [], []) and refused.servers.released == 1
+    assert refused.sockets[0].closed and refused.servers.slots[0].ws is None  # a faulted session is closed, not kept
     with pytest.raises(EpisodeFault, match="CAPACITY_REACHED"):
         asyncio.run(OpenEnvTask(LoopbackEnv(capacity_reached=True), 0, {}).open_episode())
