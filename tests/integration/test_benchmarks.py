@@ -45,10 +45,13 @@ SMALLEST = {
     # generate's 15 steps (its time at 16 tokens less its time at 1) stand above a loaded machine's noise
     "real_model": lambda: ["--device", "cpu", "--result", "decode", "--model", "tiny", "--batches", "1,2", "--prompt-len", "8",
                            "--new-tokens", "16", "--repeats", "1"],
+    # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
+    "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
 }
-SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model"}  # take --work
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv"}  # take --work
 # per benchmark: the counts its outer loops reach at those settings, read from their last progress lines on stderr
 PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3, 3)},  # 3 systems timed once
+            "openenv": {"openenv": (2, 2)},  # 2 systems, one repeat
             "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
             "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
             "real_model": {"decode": (12, 12)}}  # 2 batches x (a warm-up + 1 repeat) x 3 systems
@@ -171,6 +174,18 @@ def load_vs_trl():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_openenv(tmp_path):
+    out = run("openenv", tmp_path)
+    assert (out["steps"], out["batch"], out["repeats"], out["sft_steps"], out["target"]) == (1, 8, 1, 0, 0.1)
+    runs = {r["system"]: r for r in out["runs"]}
+    assert list(runs) == ["in-process", "openenv"] and all(r["rollouts"] == 8 and r["seconds"] > 0 for r in runs.values())
+    for name, r in runs.items():
+        assert out["summary"][name]["rollouts_per_s"]["runs"] == [round(r["rollouts_per_s"], 3)]
+    local, served = runs["in-process"]["rollouts_per_s"], runs["openenv"]["rollouts_per_s"]
+    assert out["slowdown"]["runs"] == [round(1 - served / local, 3)]
+    assert out["target_met"] == (out["slowdown"]["median"] <= 0.1) and set(out) >= {"machine", "date", "commit"}
 
 
 def test_overlap_against_its_bound():
