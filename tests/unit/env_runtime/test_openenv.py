@@ -18,6 +18,7 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.env_runtime.episode import EpisodeFault
 from composer_prime.env_runtime.openenv import OpenEnvTask, answer_argument, opening_messages, tool_reply, tool_schemas
 from composer_prime.env_runtime.openenv_servers import Schemas, Slot
+from composer_prime.orchestrator.distill import DistillConfig, Distiller, DistillStats
 from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.utils.chat import encode_chat
 from tests.support.scripted import ScriptedPolicy
@@ -179,3 +180,18 @@ def test_the_reward_is_the_environments_and_a_refused_session_is_a_fault(tok):
     assert refused.sockets[0].closed and refused.servers.slots[0].ws is None  # a faulted session is closed, not kept
     with pytest.raises(EpisodeFault, match="CAPACITY_REACHED"):
         asyncio.run(OpenEnvTask(LoopbackEnv(capacity_reached=True), 0, {}).open_episode())
+
+
+def test_an_error_turn_of_an_openenv_rollout_gets_a_hinted_teacher(tok):
+    """Hint self-distillation on an OpenEnv environment: its error sites are found as for any other,
+    and with no hint of its own the template's hint names its MCP tools."""
+    question = CalcEnvironment().reset(seed=3, split="eval").question
+    r = run(tok, LoopbackEnv(), [calc_call(question, "calculator"), calc_call(question), str(evaluate(question))])
+    stats = DistillStats()
+    [teacher] = asyncio.run(Distiller(DistillConfig(enabled=True), tok, client=None).attach(r, stats))
+    assert (stats.sites, stats.hinted) == (1, 1)
+    turn = r.turns[0]
+    assert (teacher.student_start, teacher.length) == (len(r.prompt_ids) + turn.start, turn.end - turn.start)
+    assert teacher.input_ids[teacher.start:] == (r.prompt_ids + r.completion_ids)[teacher.student_start:
+                                                                                 teacher.student_start + teacher.length]
+    assert "The tool is called `calc`, `answer`, not `calculator`." in tok.decode(teacher.input_ids[: teacher.start])
