@@ -49,17 +49,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.support.heldout import evaluate_runs  # noqa: E402
+from benchmarks.support.overlap import overlap  # noqa: E402
 from benchmarks.support.timed import run_timed  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
-from composer_prime.utils.report import time_breakdown  # noqa: E402
+from composer_prime.utils.report import metrics_rows as rows, time_breakdown  # noqa: E402
 
 GROUP, LR, WARMUP, MAX_TOKENS = 8, 1e-4, 10, 16
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
 # ---------------------------------------------------------------- ours
@@ -74,7 +71,7 @@ def run_ours(a: argparse.Namespace, seed: int, engine: str, async_level: int = 1
            "--orchestrator.eval.interval", "1000000000", "--orchestrator.eval.num_tasks", "1",
            "--weight_broadcast.keep_last", "1000000000", "--inference.port", str(port),
            "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
-    start, peak, health = run_timed(cmd, ROOT, a.budget, run / "bench.log",
+    start, peak, health, _ = run_timed(cmd, ROOT, a.budget, run / "bench.log",
                                     lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json())
     kept = []
     for d in sorted((run / "weights").glob("step_*"), key=lambda d: int(d.name.split("_")[1])):
@@ -142,7 +139,7 @@ def run_trl(a: argparse.Namespace, seed: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cmd = [sys.executable, __file__, "--trl", str(seed), str(out), str(a.steps), str(a.eval_every), str(a.batch)]
-    start, peak, _ = run_timed(cmd, ROOT, a.budget, out / "bench.log")
+    start, peak, _, _ = run_timed(cmd, ROOT, a.budget, out / "bench.log")
     done = rows(out / "steps.jsonl")
     kept = [{"step": r["step"], "t": r["time"] - start, "path": str(out / f"step_{r['step']}")} for r in done
             if (out / f"step_{r['step']}" / "model.safetensors").exists() and r["time"] - start <= a.budget]
@@ -159,20 +156,6 @@ def time_to(curve: list, threshold: float) -> float | None:
 def at_budget(curve: list, budget: float) -> float | None:
     inside = [r for t, r in curve if t <= budget]
     return inside[-1] if inside else None
-
-
-def overlap(asynchronous: dict, synchronous: dict) -> dict:
-    """The async speed-up achieved against its bound, from the same run at max_async_level 1 and 0."""
-    if not asynchronous or not synchronous:
-        return {}
-    o, t = synchronous["orchestrator"], synchronous["trainer"]
-    t_gen = o["generate_and_score_s"] + o["build_batch_s"] + o["send_s"]
-    t_train = t["pack_s"] + t["forward_s"] + t["backward_s"] + t["optim_s"] + t["other_compute_s"] + t["checkpoint_s"] + t["publish_s"]
-    bound = (t_gen + t_train) / max(t_gen, t_train)
-    achieved = synchronous["step_s"] / asynchronous["step_s"]
-    return {"t_gen_s": t_gen, "t_train_s": t_train, "sync_step_s": synchronous["step_s"],
-            "async_step_s": asynchronous["step_s"], "bound": bound, "achieved": achieved,
-            "fraction_of_bound": achieved / bound}
 
 
 def plot(results: dict, path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Run a benchmarked command for a wall-clock budget, watching its process tree's peak memory."""
+"""Run a benchmarked command for a wall-clock budget, watching its process tree's peak memory, in all
+and per process of an `rl` run (each named by the COMPOSER_PRIME_PROCESS its launcher gives it and
+its own children, such as vLLM's engine, inherit)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,23 @@ from pathlib import Path
 
 import httpx
 
+from composer_prime.utils.logs import PROCESS_ENV
 from composer_prime.utils.proc import die_with_parent
 
 
-def tree_rss(root_pid: int) -> int:
-    """Resident bytes of a process and all its descendants (from /proc)."""
+def process_name(pid: int) -> str:
+    """The name `rl` gave this process (its PROCESS_ENV), "" if none or gone."""
+    try:
+        for item in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
+            if item.startswith(f"{PROCESS_ENV}=".encode()):
+                return item.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return ""
+
+
+def tree_rss(root_pid: int) -> dict[str, int]:
+    """Resident bytes of a process and all its descendants (from /proc), summed by process name."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in Path("/proc").iterdir():
@@ -27,24 +41,29 @@ def tree_rss(root_pid: int) -> int:
             rss[int(d.name)] = int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
             pass
-    total, todo = 0, [root_pid]
+    by_name: dict[str, int] = {}
+    todo = [root_pid]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        name = process_name(pid)
+        by_name[name] = by_name.get(name, 0) + rss.get(pid, 0)
         todo.extend(children.get(pid, []))
-    return total
+    return by_name
 
 
 class Watch(threading.Thread):
-    """Every half second: the peak RSS of the run's process tree and the last answer of `probe`."""
+    """Every half second: the peak RSS of the run's process tree (`peak`), each named process's own
+    peak (`peaks`), and the last answer of `probe`."""
 
     def __init__(self, pid: int, probe=None) -> None:
         super().__init__(daemon=True)
-        self.pid, self.probe, self.peak, self.last, self.done = pid, probe, 0, {}, threading.Event()
+        self.pid, self.probe, self.peak, self.peaks, self.last, self.done = pid, probe, 0, {}, {}, threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(0.5):
-            self.peak = max(self.peak, tree_rss(self.pid))
+            by_name = tree_rss(self.pid)
+            self.peak = max(self.peak, sum(by_name.values()))
+            self.peaks = {n: max(self.peaks.get(n, 0), by_name.get(n, 0)) for n in {*self.peaks, *by_name}}
             if self.probe is not None:
                 try:
                     self.last = self.probe()
@@ -52,9 +71,9 @@ class Watch(threading.Thread):
                     pass  # not up yet, or already stopping
 
 
-def run_timed(cmd: list[str], cwd: Path, budget: float, log: Path, probe=None) -> tuple[float, int, dict]:
+def run_timed(cmd: list[str], cwd: Path, budget: float, log: Path, probe=None) -> tuple[float, int, dict, dict[str, int]]:
     """Run `cmd` for at most `budget` seconds (then SIGTERM: SIGINT is ignored by jobs a shell put in the
-    background); returns (start time, peak RSS, last answer of `probe`)."""
+    background); returns (start time, peak RSS, last answer of `probe`, peak RSS per process name)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         start = time.time()
@@ -74,4 +93,4 @@ def run_timed(cmd: list[str], cwd: Path, budget: float, log: Path, probe=None) -
                 p.wait()
         watch.done.set()
         watch.join()
-    return start, watch.peak, watch.last
+    return start, watch.peak, watch.last, watch.peaks

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 
-def _rows(path: Path) -> list[dict]:
+def metrics_rows(path: Path) -> list[dict]:
+    """The JSON lines of a metrics file (none if it does not exist)."""
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
@@ -22,9 +23,9 @@ def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> d
     idle + compute + hand-off of those rows add up to their step time. `inference`: the server's
     /health answer, for its weight loads. Inference works only while the orchestrator waits for
     generation or evaluation, or while it loads weights, so its idle time is at least the rest."""
-    trainer = [r for r in _rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r and r["step"] >= skip]
+    trainer = [r for r in metrics_rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r and r["step"] >= skip]
     steps = {r["step"] for r in trainer[1:]}
-    orch = [r for r in _rows(run / "orchestrator" / "metrics.jsonl") if "collect_s" in r and r["step"] in steps]
+    orch = [r for r in metrics_rows(run / "orchestrator" / "metrics.jsonl") if "collect_s" in r and r["step"] in steps]
     if not steps or not orch:
         return {}
     step_s = (trainer[-1]["time"] - trainer[0]["time"]) / len(steps)
@@ -43,8 +44,8 @@ def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> d
 
 
 def summarize(run: Path, wall_s: float | None = None) -> dict:
-    orch = _rows(run / "orchestrator" / "metrics.jsonl")
-    trainer = _rows(run / "trainer" / "metrics.jsonl")
+    orch = metrics_rows(run / "orchestrator" / "metrics.jsonl")
+    trainer = metrics_rows(run / "trainer" / "metrics.jsonl")
     evals = [(r["step"], r["eval_reward"]) for r in orch if "eval_reward" in r]
     train = [(r["step"], r["reward"]) for r in orch if "reward" in r]
     rollouts = sum(r.get("rollouts", 0) for r in orch)
