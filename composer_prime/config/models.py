@@ -119,7 +119,8 @@ class InferenceConfig(Shared, Pinned):
                                                                               "(auto: bfloat16 on cuda, float32 on cpu)")
     graphs: Literal["auto", "off", "capture", "compile"] = Field(
         "auto", description="embedded engine: the decode step as recorded CUDA graphs (capture), compiled by "
-                            "torch.compile first (compile), or op by op (off); auto: capture on cuda, off on cpu")
+                            "torch.compile first (compile; on cpu compiled only), or op by op (off); auto: capture "
+                            "on cuda, off on cpu")
     max_batch: int | None = Field(None, ge=1, description="embedded engine: requests decoded at once, each holding "
                                                           "max_model_len tokens of KV cache (None: 256 on cuda, 64 on cpu)")
     weights_path: Path | None = Field(None, description="start from this step directory (set by rl on resume)")
@@ -135,8 +136,8 @@ class InferenceConfig(Shared, Pinned):
         wb = self.weight_broadcast
         if wb.type == "shardcast" and not (wb.servers and wb.public_key):
             raise FieldError("weight_broadcast", "shardcast needs `servers` and the trainer's `public_key`")
-        if self.device == "cpu" and self.graphs in ("capture", "compile"):
-            raise FieldError("graphs", f"{self.graphs} records CUDA graphs: it needs device = cuda or auto")
+        if self.device == "cpu" and self.graphs == "capture":
+            raise FieldError("graphs", "capture records CUDA graphs: it needs device = cuda or auto")
         if self.resolved_engine() == "vllm" and self.port + 1000 > 65535:
             raise FieldError("port", f"{self.port} + 1000 (vLLM's server) is above 65535")
         return self

@@ -11,6 +11,7 @@ from composer_prime.inference import devices
     (True, ("cpu", "auto", "auto"), ("cpu", "float32", "off")),
     (True, ("auto", "float32", "compile"), ("cuda", "float32", "compile")),
     (False, ("cpu", "bfloat16", "off"), ("cpu", "bfloat16", "off")),
+    (False, ("auto", "auto", "compile"), ("cpu", "float32", "compile")),  # on the CPU: compiled, no graphs
 ])
 def test_auto_is_decided_by_what_torch_sees(monkeypatch, cuda, asked, want):
     monkeypatch.setattr(devices, "cuda_available", lambda: cuda)

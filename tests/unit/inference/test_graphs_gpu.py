@@ -1,7 +1,8 @@
 """The embedded engine on CUDA: the sampler's streams equal the CPU's bit for bit, the KV cache
-equals forwards with no cache, the decode step replayed as CUDA graphs (and compiled, then
-replayed) equals the step run op by op, and a weight swap reaches the recorded graphs.
-Skipped, with that reason, on a machine without CUDA."""
+equals forwards with no cache, the decode step replayed as CUDA graphs equals the step run op by
+op, and a weight swap reaches the recorded graphs (the compiled variants, which start compiler
+processes: tests/integration/test_inference_compile.py). Skipped, with that reason, on a machine
+without CUDA."""
 
 import asyncio
 from pathlib import Path
@@ -9,47 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.inference.engines.hf.batch import DeviceBatch
-from composer_prime.inference.engines.hf.cache import ATTENTION, SlotModel
+from composer_prime.inference.engines.hf.cache import SlotModel
 from composer_prime.inference.engines.hf.engine import HFEngine
-from composer_prime.inference.engines.hf.graphs import GraphedStep, bucket
 from composer_prime.inference.engines.hf.sampling import stream_keys, uniforms
 from composer_prime.inference.engines.hf.scheduler import Request, Scheduler
+from tests.support.hf_batches import BUDGETS, LENGTH, load, run
 
 pytestmark = pytest.mark.gpu
-ROWS, LENGTH = 16, 128
-
-
-def load(model_dir: Path, dtype: torch.dtype) -> AutoModelForCausalLM:
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=ATTENTION).to("cuda").eval()
-
-
-def run(model, graphs: str | None, shaped: bool = True) -> dict[str, tuple[list[int], list[float]]]:
-    """Nine requests, four of them joining mid-decode, through a continuous batch on CUDA."""
-    batch = DeviceBatch(SlotModel(model, ROWS, LENGTH), ROWS, LENGTH, "cuda")
-    shape = (lambda n, w: bucket(n, w, ROWS, LENGTH)) if shaped else None
-    step = GraphedStep(batch.decode_step, compile=graphs == "compile") if graphs else None
-    scheduler = Scheduler(batch, step, shape)
-    got = {}
-
-    def ask(i: int) -> None:
-        params = SamplingParams(max_tokens=5 + 7 * (i % 4), seed=i, temperature=0.3 + 0.2 * (i % 4),
-                                top_p=0.9 if i % 3 == 0 else 1.0, stop_token_ids=(-1,))
-        prompt = [(5 * i + 3 * j) % 200 + 3 for j in range(4 + 3 * (i % 5))]
-        scheduler.submit(Request(prompt, params, lambda g: got.__setitem__(i, (g.token_ids, g.logprobs))))
-
-    with torch.no_grad():
-        for i in range(5):
-            ask(i)
-        for _ in range(4):
-            scheduler.tick()
-        for i in range(5, 9):
-            ask(i)
-        scheduler.drain()
-    return got
 
 
 def test_uniforms_on_cuda_equal_the_cpu_bit_for_bit():
@@ -59,7 +29,7 @@ def test_uniforms_on_cuda_equal_the_cpu_bit_for_bit():
 
 @torch.no_grad()
 def test_kv_cache_on_cuda_equals_a_forward_with_no_cache(tiny_model_dir):
-    model = load(tiny_model_dir, torch.float32)
+    model = load(tiny_model_dir, torch.float32, "cuda")
     slots = SlotModel(model, rows=2, length=32)
     seqs = [[5, 9, 14, 3, 22], [11, 12]]
     logits = slots.prefill(seqs, dst=[0, 1], src=[0, 1])
@@ -75,21 +45,14 @@ def test_kv_cache_on_cuda_equals_a_forward_with_no_cache(tiny_model_dir):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_graph_path_equals_the_eager_path(tiny_model_dir, dtype):
-    model = load(tiny_model_dir, dtype)
-    eager, graphed = run(model, None), run(model, "capture")
+    model = load(tiny_model_dir, dtype, "cuda")
+    eager, graphed = run(model, bucketed=True), run(model, "capture")
     assert graphed == eager  # the same kernels on the same shapes: bit for bit
-    assert len(eager) == 9 and {len(t) for t, _ in eager.values()} == {5, 12, 19, 26}
+    assert len(eager) == 9 and {len(t) for t, _ in eager.values()} == BUDGETS
     if dtype == torch.float32:  # against exact shapes (no bucketing) only float noise may differ
-        exact = run(model, None, shaped=False)
+        exact = run(model)
         assert all(exact[i][0] == eager[i][0] for i in exact)
         assert all(exact[i][1] == pytest.approx(eager[i][1], abs=1e-4) for i in exact)
-
-
-def test_the_compiled_graph_path_equals_the_eager_path(tiny_model_dir):
-    model = load(tiny_model_dir, torch.float32)
-    eager, compiled = run(model, None), run(model, "compile")
-    assert all(compiled[i][0] == eager[i][0] for i in eager)
-    assert all(compiled[i][1] == pytest.approx(eager[i][1], abs=1e-4) for i in eager)
 
 
 def test_a_weight_swap_reaches_the_recorded_graphs(tiny_model_dir, tmp_path):
@@ -112,7 +75,7 @@ def test_a_weight_swap_reaches_the_recorded_graphs(tiny_model_dir, tmp_path):
             await engine.stop()
 
     before, after = asyncio.run(swap())
-    model = load(tiny_model_dir, torch.float32)
+    model = load(tiny_model_dir, torch.float32, "cuda")
     model.load_state_dict(noisy, strict=False)
     assert after == run_one(model, [5, 6, 7], greedy) and after != before
 

@@ -1,7 +1,7 @@
 """The embedded engine's KV cache: one static slot per (row, position), and the model calls over it.
 
 Row r of the batch keeps the keys and values of its token at position j in slot j, in buffers
-allocated once (layers x rows x kv heads x max_model_len x head dim). So a decode step is the
+allocated once (per layer: rows x kv heads x max_model_len x head dim). So a decode step is the
 same handful of tensor ops whatever the rows hold: write each row's new key at its own position,
 attend over the first `w` slots under a mask `slot <= position`, and nothing is reallocated,
 concatenated or moved: what a CUDA graph needs (graphs.py), and on the CPU no cache copy per step
@@ -45,9 +45,11 @@ class SlotCache(Cache):
     def __init__(self, config, rows: int, length: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(layers=[])
         dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        shape = (config.num_hidden_layers, rows, config.num_key_value_heads, length, dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        shape = (rows, config.num_key_value_heads, length, dim)
+        # One tensor per layer, written in place as it is (not through a view of a larger one): torch.compile
+        # then updates it in place too, where a view's update became a copy of the whole cache every step.
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
         self.row_ids = torch.arange(rows, device=device)
         self.prefilling = False
         self.dst = self.src = self.pos = None
@@ -67,9 +69,9 @@ class SlotCache(Cache):
 
     def move(self, src: list[int], dst: list[int], width: int) -> None:
         """Copy rows `src` into rows `dst` (their first `width` slots): compaction after retirements."""
-        s, d = (torch.tensor(rows, dtype=torch.long, device=self.keys.device) for rows in (src, dst))
-        self.keys[:, d, :, :width] = self.keys[:, s, :, :width]
-        self.values[:, d, :, :width] = self.values[:, s, :, :width]
+        s, d = (torch.tensor(rows, dtype=torch.long, device=self.row_ids.device) for rows in (src, dst))
+        for t in (*self.keys, *self.values):
+            t[d, :, :width] = t[s, :, :width]
 
 
 class SlotModel:

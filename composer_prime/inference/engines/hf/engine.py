@@ -5,7 +5,7 @@ The model sits on `inference.device` in `inference.dtype` with a static KV cache
 is driven by one thread running the continuous batch (scheduler.py): requests join between decode
 steps, finished ones leave, and each samples with its own seed so that a seed reproduces a
 completion whatever else is decoded with it (sampling.py). On CUDA the decode step is replayed as
-CUDA graphs (graphs.py). That thread is the only one that touches the model: scoring and weight
+CUDA graphs (graphs.py), compiled first with `graphs = "compile"` (on the CPU: compiled only). That thread is the only one that touches the model: scoring and weight
 swaps are jobs it runs between two steps, a swap only once no request is in flight, so no request
 is decoded by two sets of weights and no score sees half-swapped ones.
 """
@@ -27,8 +27,8 @@ from composer_prime.inference import devices
 from composer_prime.inference.engines.base import check_score_args
 from composer_prime.inference.engines.hf.batch import DeviceBatch
 from composer_prime.inference.engines.hf.cache import ATTENTION, SlotModel
-from composer_prime.inference.engines.hf.graphs import GraphedStep, bucket
-from composer_prime.inference.engines.hf.scheduler import GATHER_S, Request, Scheduler
+from composer_prime.inference.engines.hf.graphs import scheduler_for
+from composer_prime.inference.engines.hf.scheduler import GATHER_S, Request
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,7 @@ class HFEngine:
         self.model = model.to(self.device).eval()
         self.slots = SlotModel(self.model, self.max_batch, self.max_model_len)
         self.batch = DeviceBatch(self.slots, self.max_batch, self.max_model_len, self.device)
-        if self.graphs == "off":
-            self.scheduler = Scheduler(self.batch, gather_s=GATHER_S)
-        else:
-            step = GraphedStep(self.batch.decode_step, compile=self.graphs == "compile")
-            shape = lambda n, w: bucket(n, w, self.max_batch, self.max_model_len)  # noqa: E731
-            self.scheduler = Scheduler(self.batch, step, shape, GATHER_S)
+        self.scheduler = scheduler_for(self.batch, self.graphs, GATHER_S)
 
     def _serve(self) -> None:
         with torch.no_grad():  # grad mode is per thread

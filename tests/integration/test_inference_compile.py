@@ -1,0 +1,27 @@
+"""The embedded engine's decode step compiled by torch.compile (inference.graphs = "compile"), which
+starts compiler processes: on the CPU, compiled and run as it is; on CUDA (gpu-marked), compiled
+then recorded as CUDA graphs. Either gives the requests' tokens of the step run op by op, and
+their log-probs to float noise."""
+
+import pytest
+import torch
+
+from tests.support.hf_batches import BUDGETS, load, run
+
+
+def same_completions(got: dict, want: dict) -> None:
+    assert len(got) == 9 and {len(t) for t, _ in got.values()} == BUDGETS
+    assert all(got[i][0] == want[i][0] for i in want)
+    assert all(got[i][1] == pytest.approx(want[i][1], abs=1e-4) for i in want)
+
+
+def test_the_compiled_step_on_the_cpu_equals_the_step_op_by_op(tiny_model_dir):
+    torch.set_num_threads(1)
+    model = load(tiny_model_dir, torch.float32, "cpu")
+    same_completions(run(model, "compile"), run(model))
+
+
+@pytest.mark.gpu
+def test_the_compiled_graph_path_equals_the_eager_path(tiny_model_dir):
+    model = load(tiny_model_dir, torch.float32, "cuda")
+    same_completions(run(model, "compile"), run(model))
