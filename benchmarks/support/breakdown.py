@@ -69,6 +69,8 @@ def run_rl(a: argparse.Namespace, engine: str, async_level: int, repeat: int) ->
     load = os.getloadavg()[0]
     start, _, health, peaks = run_timed(cmd, ROOT, a.budget, run / "bench.log",
                                         lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json())
+    for heavy in ("weights", "checkpoints"):  # GBs a run of this size (optimizer state included): read nothing there
+        shutil.rmtree(run / heavy, ignore_errors=True)
     first = metrics_rows(run / "orchestrator" / "metrics.jsonl")[0]  # written as step 0 begins
     return {"command": " ".join(["rl", *args]), "load_average": [load, os.getloadavg()[0]],  # 1 minute, before and after
             "startup_s": first["time"] - first["wait_s"] - start,

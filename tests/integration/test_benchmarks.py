@@ -3,7 +3,6 @@ from an empty working directory, its results and its scratch files going to dire
 not exist yet (it must create what it needs) and never over the committed benchmarks/results.
 A documented benchmark command that stops working fails here."""
 
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support.overlap import overlap
 from tests.conftest import ROOT, free_port
 
 BENCHMARKS = ROOT / "benchmarks"
@@ -24,7 +24,8 @@ def ports() -> list[str]:
     return ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
 
 
-# per benchmark: its smallest settings (each also gets --results and, where it has scratch files, --work)
+# per benchmark, or "benchmark:result" for each result of one that makes several: its smallest
+# settings (each also gets --results and, where it has scratch files, --work)
 SMALLEST = {
     "quickstart": lambda: ["--engines", "hf", "--repeats", "1", "--max_steps", "1", "--orchestrator.batch_size", "16",
                            "--orchestrator.eval.num_tasks", "2", *ports()],
@@ -45,6 +46,12 @@ SMALLEST = {
     # generate's 15 steps (its time at 16 tokens less its time at 1) stand above a loaded machine's noise
     "real_model": lambda: ["--device", "cpu", "--result", "decode", "--model", "tiny", "--batches", "1,2", "--prompt-len", "8",
                            "--new-tokens", "16", "--repeats", "1"],
+    # SmolLM2-135M on the CPU config, 2 groups of 4, 8 new tokens, the embedded engine: 2 steps of which the
+    # breakdown reads the second, as shipped and synchronous
+    "real_model:breakdown": lambda: ["--device", "cpu", "--result", "breakdown", "--engines", "hf", "--steps", "2",
+                                     "--warmup", "1", "--repeats", "1", "--rl-flags",
+                                     "--orchestrator.batch_size 8 --orchestrator.group_size 4 "
+                                     "--orchestrator.sampling.max_tokens 8 --orchestrator.eval.num_tasks 2"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
 }
@@ -54,7 +61,8 @@ PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3,
             "openenv": {"openenv": (2, 2)},  # 2 systems, one repeat
             "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
             "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
-            "real_model": {"decode": (12, 12)}}  # 2 batches x (a warm-up + 1 repeat) x 3 systems
+            "real_model": {"decode": (12, 12)},  # 2 batches x (a warm-up + 1 repeat) x 3 systems
+            "real_model:breakdown": {"breakdown": (2, 2)}}  # one engine, as shipped and synchronous
 
 
 def sources_file(*sources: Path) -> Path:
@@ -64,23 +72,24 @@ def sources_file(*sources: Path) -> Path:
     return path
 
 
-def run(name: str, tmp_path: Path) -> dict:
-    """Run one benchmark; returns its results JSON."""
+def run(case: str, tmp_path: Path) -> dict:
+    """Run one benchmark (a key of SMALLEST); returns its results JSON."""
+    name = case.split(":")[0]
     work = tmp_path / "cwd"
     work.mkdir()
     results, scratch = tmp_path / "not-yet" / "results", tmp_path / "not-yet" / "outputs"
-    cmd = [sys.executable, str(BENCHMARKS / f"{name}.py"), *SMALLEST[name](), "--results", str(results)]
+    cmd = [sys.executable, str(BENCHMARKS / f"{name}.py"), *SMALLEST[case](), "--results", str(results)]
     cmd += ["--work", str(scratch)] if name in SCRATCH else []
     r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
     last = {label: (int(done), int(total)) for label, done, total in
             re.findall(rf"^\[{name}\] ([\w ]+): (\d+)/(\d+) \w+ \(\d+%\) \|.* done in ", r.stderr, re.M)}
-    assert last == PROGRESS[name], r.stderr[-3000:]
+    assert last == PROGRESS[case], r.stderr[-3000:]
     return json.loads((results / f"{name}.json").read_text())
 
 
 def test_every_benchmark_is_run_here():
-    assert sorted(p.stem for p in BENCHMARKS.glob("*.py")) == sorted(SMALLEST)
+    assert sorted(p.stem for p in BENCHMARKS.glob("*.py")) == sorted({case.split(":")[0] for case in SMALLEST})
 
 
 def test_quickstart(tmp_path):
@@ -169,11 +178,32 @@ def test_real_model(tmp_path):
     assert (tmp_path / "not-yet" / "results" / "real_model_decode_cpu.png").stat().st_size > 0
 
 
-def load_vs_trl():
-    spec = importlib.util.spec_from_file_location("vs_trl", BENCHMARKS / "vs_trl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_real_model_breakdown(tmp_path):
+    out = run("real_model:breakdown", tmp_path)["breakdown"]["cpu"]
+    assert (out["config"], out["steps"], out["warmup"], out["repeats"], list(out["engines"])) == \
+        ("configs/smollm2-135m.toml", 2, 1, 1, ["hf"])
+    hf = out["engines"]["hf"]
+    [shipped] = hf["async"]
+    for level, run_ in (("1", shipped), ("0", hf["sync"])):
+        assert f"--orchestrator.max_async_level {level}" in run_["command"] and run_["breakdown"]["steps"] == 1
+    assert hf["step_s"]["runs"] == [round(shipped["breakdown"]["step_s"], 3)] and hf["step_s"]["median"] > 0
+    assert hf["startup_s"]["runs"] == [round(shipped["startup_s"], 1)] and shipped["startup_s"] > 0
+    assert len(out["load_average"]) == 2 and out["cores"] == os.cpu_count()
+    # every process of the run found and measured; the two holding SmolLM2's 0.5 GB of float32 weights above that
+    rss = hf["peak_rss_mb"]
+    assert rss == shipped["peak_rss_mb"]
+    assert list(rss) == ["inference", "orchestrator", "trainer"] and min(rss.values()) > 0
+    assert rss["inference"] > 513 and rss["trainer"] > 513
+    p = hf["phases"]
+    assert list(p) == ["generate_and_score_s", "build_batch_s", "send_s", "pack_s", "forward_s", "backward_s", "optim_s",
+                       "other_compute_s", "checkpoint_s", "score_s", "write_and_broadcast_s", "reload_s"]
+    assert min(p[k] for k in ("generate_and_score_s", "forward_s", "backward_s", "optim_s", "score_s", "reload_s")) > 0
+    sync = hf["sync"]["breakdown"]  # the phases are the synchronous run's; the weights' hand-off split in two
+    assert p["write_and_broadcast_s"] + p["reload_s"] == pytest.approx(sync["trainer"]["publish_s"]) and p["reload_s"] > 0
+    o = hf["overlap"]
+    assert o["bound"] == pytest.approx((o["t_gen_s"] + o["t_train_s"]) / max(o["t_gen_s"], o["t_train_s"]))
+    assert (o["sync_step_s"], o["async_step_s"]) == (sync["step_s"], hf["step_s"]["median"])
+    assert (tmp_path / "not-yet" / "results" / "real_model_breakdown_cpu.png").stat().st_size > 0
 
 
 def test_openenv(tmp_path):
@@ -194,7 +224,7 @@ def test_overlap_against_its_bound():
         return {"step_s": step_s, "orchestrator": {"generate_and_score_s": gen, "build_batch_s": 0.0, "send_s": 0.0},
                 "trainer": {"pack_s": 0.0, "forward_s": train / 2, "backward_s": train / 2, "optim_s": 0.0,
                             "other_compute_s": 0.0, "checkpoint_s": 0.0, "publish_s": 0.0}}
-    o = load_vs_trl().overlap(breakdown(2.4, 1.0, 1.4), breakdown(3.0, 1.0, 2.0))
+    o = overlap(breakdown(2.4, 1.0, 1.4), breakdown(3.0, 1.0, 2.0))
     assert (o["t_gen_s"], o["t_train_s"]) == (1.0, 2.0)  # from the synchronous run
     assert o["bound"] == pytest.approx(1.5) and o["achieved"] == pytest.approx(1.25)  # 3.0 s -> 2.4 s per step
     assert o["fraction_of_bound"] == pytest.approx(1.25 / 1.5)
