@@ -248,3 +248,15 @@ def test_every_test_file_the_docs_name_exists():
     named = {m for doc in DOCS for m in re.findall(r"[\w./<>-]*test_\w+\.py", doc.read_text()) if "<" not in m}
     assert len(named) >= 40
     assert sorted(n for n in named if not any(f == n or f.endswith("/" + n.lstrip("./")) for f in files)) == []
+
+
+def test_every_test_file_has_a_row_in_the_catalogue():
+    """docs/testing.md's "What the tests show" names every unit and integration test file, by its path
+    under its tier (`trainer/test_loss.py`, `test_fsdp.py`): a new test comes with the line saying
+    what it shows (a row may name several files)."""
+    first_cells = re.findall(r"^\| (`[^|]+`) \|", (ROOT / "docs" / "testing.md").read_text(), re.M)
+    rows = {name for cell in first_cells for name in re.findall(r"`([\w/]+\.py)`", cell)}
+    files = {p.relative_to(ROOT / "tests" / tier).as_posix() for tier in ("unit", "integration")
+             for p in (ROOT / "tests" / tier).rglob("test_*.py")}
+    assert len(files) > 80
+    assert sorted(files - rows) == []
