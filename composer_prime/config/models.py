@@ -14,6 +14,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from composer_prime.config.base import CommaList, FieldError, Pinned, Port, Sections, Shared, Strict
+from composer_prime.config.diloco import DiLoCoConfig
 from composer_prime.config.sampling import RolloutSampling
 
 
@@ -307,6 +308,8 @@ class TrainerConfig(Shared, Pinned):
     """`uv run trainer`: FSDP2 training under torchrun; receives batches, publishes weights."""
 
     nproc: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (torchrun --nproc-per-node)")
+    dp_replicate: int = Field(1, ge=1, description="of the ranks, replica groups each holding one full sharded copy "
+                                                   "(HSDP; trainer/parallel.py); must divide nproc")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on GPU, gloo on CPU")
     micro_batch_tokens: int = Field(4096, ge=1, description="tokens per micro-batch (padded), the unit of one "
                                                             "forward/backward")
@@ -325,6 +328,14 @@ class TrainerConfig(Shared, Pinned):
     resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    diloco: DiLoCoConfig | None = Field(None, description="this trainer is one island of a DiLoCo run "
+                                                          "(config/diloco.py); None: it trains alone")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainerConfig":
+        if self.nproc % self.dp_replicate:
+            raise FieldError("dp_replicate", f"{self.dp_replicate} does not divide nproc = {self.nproc}")
+        return self
 
     def signing_key(self) -> Path:
         """The SHARDCAST signing key: as configured, else in the keys directory, else <output_dir>/keys."""

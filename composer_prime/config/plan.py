@@ -28,6 +28,7 @@ from composer_prime.config.loader import ConfigError, alias, place_of
 from composer_prime.config.models import AuthConfig, InferenceConfig, RelayConfig, WeightBroadcastConfig
 from composer_prime.config.rl import RLConfig
 from composer_prime.transports.auth import is_loopback, zmq_host
+from composer_prime.utils.proc import has_gpu
 
 
 @dataclass
@@ -35,11 +36,6 @@ class Process:
     name: str  # "inference", "inference-1", "relay-0", ...: its config file and log are named after it
     entrypoint: str  # module under composer_prime.entrypoints
     config: BaseModel
-
-
-def has_gpu() -> bool:
-    """An NVIDIA device node, without importing torch (the launcher stays light)."""
-    return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def split_cores(cfg: RLConfig, engine: str, nproc: int) -> tuple[list[int], list[int]] | None:

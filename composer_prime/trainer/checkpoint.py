@@ -1,5 +1,5 @@
-"""Trainer checkpoints: model + optimizer + whatever modules the loss channels declare (an EMA
-teacher) + progress, sharded with torch.distributed.checkpoint.
+"""Trainer checkpoints: model + optimizer + whatever the loss channels declare (an EMA teacher) and
+the outer-sync hook keeps (an island's outer state) + progress, sharded with torch.distributed.checkpoint.
 
 `checkpoints/step_N/` holds the state after N completed steps; DONE is written last, so an
 interrupted save is ignored on resume and the previous checkpoint is used.
@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Union
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
+from composer_prime.trainer.outer_sync import Stateful
+
 DONE = "DONE"
+Saved = Union[torch.nn.Module, Stateful]  # what a checkpoint holds beside the model and optimizer
 
 
 def latest(root: Path) -> tuple[int, Path] | None:
@@ -29,14 +33,19 @@ def _key(label: str) -> str:
     return label.replace(".", "_").replace(" ", "_")
 
 
-def _state(model: torch.nn.Module, optim: torch.optim.Optimizer, extra: dict[str, torch.nn.Module]) -> dict:
+def _state(model: torch.nn.Module, optim: torch.optim.Optimizer, extra: dict[str, Saved]) -> dict:
     model_sd, optim_sd = get_state_dict(model, optim)
-    return {"model": model_sd, "optim": optim_sd} | {_key(k): get_model_state_dict(m) for k, m in extra.items()}
+    return {"model": model_sd, "optim": optim_sd} | {_key(k): _of(m) for k, m in extra.items()}
+
+
+def _of(saved: Saved) -> dict:
+    return get_model_state_dict(saved) if isinstance(saved, torch.nn.Module) else saved.state_dict()
 
 
 def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer, keep_last: int,
-         extra: dict[str, torch.nn.Module] | None = None) -> None:
-    """`extra`: modules by label ("distill:EMA teacher"), saved beside the model."""
+         extra: dict[str, Saved] | None = None) -> None:
+    """`extra`: modules (their model state dict) or other state (its `state_dict()`) by label
+    ("distill:EMA teacher", "diloco:outer state"), saved beside the model."""
     out = root / f"step_{step}"
     if dist.get_rank() == 0:
         shutil.rmtree(out, ignore_errors=True)
@@ -52,7 +61,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
 
 
 def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer,
-         extra: dict[str, torch.nn.Module] | None = None) -> None:
+         extra: dict[str, Saved] | None = None) -> None:
     extra = extra or {}
     saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     for label in extra:
@@ -62,5 +71,8 @@ def load(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer,
     state = _state(model, optim, extra)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    for label, module in extra.items():
-        set_model_state_dict(module, state[_key(label)])
+    for label, saved in extra.items():
+        if isinstance(saved, torch.nn.Module):
+            set_model_state_dict(saved, state[_key(label)])
+        else:
+            saved.load_state_dict(state[_key(label)])

@@ -9,9 +9,8 @@ loaded in bfloat16 instead would lose every update below bf16's resolution (2^-7
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
@@ -34,15 +33,14 @@ def load_model(path: str) -> PreTrainedModel:
     return model
 
 
-def frozen_copy(path: str, compute: torch.dtype = torch.float32) -> PreTrainedModel:
+def frozen_copy(path: str, mesh: DeviceMesh, compute: torch.dtype = torch.float32) -> PreTrainedModel:
     """The weights at `path`, sharded like the policy and never trained (a reference or a teacher)."""
-    return shard(load_model(path), compute).requires_grad_(False).eval()
+    return shard(load_model(path), mesh, compute).requires_grad_(False).eval()
 
 
-def shard(model: PreTrainedModel, compute: torch.dtype = torch.float32) -> PreTrainedModel:
-    """Shard parameters over all ranks (a one-rank mesh on a single process is valid FSDP2 too), onto
-    the mesh's device; forward and backward run in `compute`, gradients are reduced in float32."""
-    mesh = init_device_mesh(device_type(), (dist.get_world_size(),))
+def shard(model: PreTrainedModel, mesh: DeviceMesh, compute: torch.dtype = torch.float32) -> PreTrainedModel:
+    """Shard parameters over `mesh` (trainer/parallel.dp_mesh; a one-rank mesh is valid FSDP2 too),
+    onto its device; forward and backward run in `compute`, gradients are reduced in float32."""
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     for block in model.model.layers:
         fully_shard(block, mesh=mesh, mp_policy=mp)

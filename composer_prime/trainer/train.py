@@ -22,11 +22,12 @@ from composer_prime.config import TrainerConfig
 from composer_prime.contract.batches import Batch
 from composer_prime.model.optim import build_optimizer, set_lr
 from composer_prime.model.resolve import resolve_model
-from composer_prime.trainer import checkpoint
+from composer_prime.trainer import checkpoint, outer_sync
 from composer_prime.trainer.data import collate, pack
 from composer_prime.trainer.prefix import sharable
 from composer_prime.trainer.loss import Context, Counts, LossInputs, Objective, token_logprobs
 from composer_prime.trainer.model import compute_dtype, device_type, full_state_dict, load_model, shard
+from composer_prime.trainer.parallel import ParallelDims, dp_mesh
 from composer_prime.trainer.sources import BatchSource, ZmqSource
 from composer_prime.transports import auth
 from composer_prime.transports.batches.zmq import BatchReceiver
@@ -73,7 +74,8 @@ def build(cfg: TrainerConfig) -> Trainer:
     model_dir = box[0]
     torch.manual_seed(cfg.seed)
     dtype = compute_dtype(cfg.compute_dtype)
-    model = shard(load_model(model_dir), dtype)
+    mesh = ParallelDims.of_world(cfg.dp_replicate).build(device_type())
+    model = shard(load_model(model_dir), dp_mesh(mesh), dtype)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     objective = Objective(cfg.loss, Context(model, model_dir, pad_id, shared_row_cap(cfg, model), dtype))
     return Trainer(cfg, model, build_optimizer(model.parameters(), cfg.optim), objective, pad_id, model_dir)
@@ -191,10 +193,12 @@ def run(cfg: TrainerConfig) -> None:
     model, optim, objective, model_dir = t.model, t.optim, t.objective, t.model_dir
     run = Path(cfg.output_dir)
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
+    sync = outer_sync.build(cfg, t)  # what wraps the loop between trainers elsewhere: nothing by default
+    saved = objective.modules() | sync.state()  # checkpointed beside the model and optimizer
     start = 0
     if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
         start, path = found
-        checkpoint.load(path, model, optim, objective.modules())
+        checkpoint.load(path, model, optim, saved)
         log.info(f"resumed from {path} (step {start})")
         publish(cfg, model, model_dir, start, publisher, start)
     checkpointed = start
@@ -211,11 +215,12 @@ def run(cfg: TrainerConfig) -> None:
         nonlocal checkpointed
         # Order matters for exact resume: metrics line, then checkpoint, then publish. A crash in
         # between makes the resumed run redo this step (its line is dropped), never skip it.
+        metrics |= sync.metrics()
         if dist.get_rank() == 0:
             sink.log({"step": step, **handoff, "time": time.time(), **metrics, "transport/refused": receiver.stats["refused"]})
         t0 = time.time()
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
-            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, objective.modules())
+            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, saved)
             checkpointed = step + 1
         handoff["ckpt_s"] = time.time() - t0
         t0 = time.time()
@@ -225,7 +230,8 @@ def run(cfg: TrainerConfig) -> None:
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
                  f"tokens {int(metrics['trained_tokens'])} compute {metrics['compute_s']:.2f}s -> weights v{step + 1}")
 
-    fit(t, ZmqSource(receiver), start, after)
+    with sync:
+        fit(t, ZmqSource(receiver), start, after)
     if receiver is not None:
         receiver.close()
         sink.close()

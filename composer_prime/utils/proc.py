@@ -1,4 +1,4 @@
-"""Child processes that cannot outlive their parent."""
+"""Child processes that cannot outlive their parent; the cores and GPUs they may use."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import ctypes
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Callable
 
 _PR_SET_PDEATHSIG = 1
@@ -60,3 +61,8 @@ def check_cpus(cpus: list[int]) -> None:
     available = os.sched_getaffinity(0)
     if missing := sorted(set(cpus) - available):
         raise ValueError(f"cpus {missing} are not available here (this process may use {sorted(available)})")
+
+
+def has_gpu() -> bool:
+    """An NVIDIA device node, without importing torch (the launcher stays light)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))

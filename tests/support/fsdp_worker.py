@@ -15,6 +15,7 @@ from composer_prime.contract.distill import Teacher
 from composer_prime.trainer import checkpoint
 from composer_prime.trainer.loss import Context, Objective
 from composer_prime.trainer.model import frozen_copy, full_state_dict, load_model, shard
+from composer_prime.trainer.parallel import ParallelDims, dp_mesh
 from composer_prime.trainer.train import train_step
 
 
@@ -49,7 +50,8 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
-    model = shard(load_model(model_dir))
+    mesh = dp_mesh(ParallelDims.of_world(1).build("cpu"))
+    model = shard(load_model(model_dir), mesh)
     objective = Objective(cfg.loss, Context(model, model_dir, pad_id=0))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = fixed_batch("distill" in cfg.loss.weights)
@@ -61,7 +63,7 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
         (label, ema), = extra.items()
         dump(ema, f"{out}/teacher.safetensors")
         checkpoint.save(Path(out) / "ckpt", 1, model, optim, keep_last=1, extra=extra)
-        fresh = {label: frozen_copy(model_dir)}
+        fresh = {label: frozen_copy(model_dir, mesh)}
         checkpoint.load(Path(out) / "ckpt" / "step_1", model, optim, fresh)
         dump(fresh[label], f"{out}/teacher_resumed.safetensors")
         checkpoint.save(Path(out) / "ckpt", 2, model, optim, keep_last=2)  # a run started without the EMA teacher

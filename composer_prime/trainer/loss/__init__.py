@@ -80,7 +80,8 @@ class Context:
         Imported here: transformers and FSDP take seconds, and a config check needs neither."""
         from composer_prime.trainer.model import frozen_copy
 
-        return frozen_copy(self.model_dir, self.compute_dtype)
+        mesh = next(self.policy.parameters()).device_mesh  # the policy's own (a DTensor's): built once, by the trainer
+        return frozen_copy(self.model_dir, mesh, self.compute_dtype)
 
     @property
     def device(self) -> str:

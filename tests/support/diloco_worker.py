@@ -1,0 +1,77 @@
+"""One island's trainer reduced to its DiLoCo replica, run as its own process by the DiLoCo tests.
+
+`python tests/support/diloco_worker.py MODEL_DIR OUT ISLAND DILOCO_JSON RUN_JSON`: the tiny model
+sharded by FSDP2 on a one-rank process group, AdamW as the inner optimizer, and trainer/diloco.py's
+`Island` around RUN_JSON's `steps` inner steps on this island's own random batches (seeded by ISLAND
+and `seed`), `pause` seconds after each (to keep an island alive while another restarts).
+Before DiLoCo's hooks see each step, the parameters are recorded (the island's θ_local); after the
+step returns, again (after any sync), with the Manager's step and the island's metrics. Also the
+process's listening sockets once the replica is up. Everything goes to OUT/island{ISLAND}.pt.
+With `ckpt_every`, the island checkpoints (model, optimizer, outer state) every that many steps
+and, when OUT holds its checkpoint from a run before, resumes from it first (a restarted island).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from composer_prime.config import TrainerConfig
+from composer_prime.trainer import checkpoint
+from composer_prime.trainer.diloco import Island
+from composer_prime.trainer.model import load_model, shard
+from composer_prime.trainer.parallel import ParallelDims, dp_mesh
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.data.to_local().clone() for n, p in model.named_parameters()}
+
+
+def listening() -> list[str]:
+    return sorted(f"{c.laddr.ip}:{c.laddr.port}" for c in psutil.Process().net_connections("inet") if c.status == "LISTEN")
+
+
+def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
+    opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0} | json.loads(run)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    torch.set_num_threads(1)
+    cfg = TrainerConfig(diloco={**json.loads(diloco), "island": island})
+    torch.manual_seed(0)  # the same initial weights on every island
+    model = shard(load_model(model_dir), dp_mesh(ParallelDims.of_world(1).build("cpu")))
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = Path(out) / f"ckpt-island{island}"
+    hook = Island(cfg, SimpleNamespace(model=model, optim=optim))
+    resumed = checkpoint.latest(ckpt)
+    if resumed:
+        checkpoint.load(resumed[1], model, optim, hook.state())
+    rec = {"listening": listening(), "initial": snapshot(model), "local": [], "after": [], "outer_step": [],
+           "metrics": [], "resumed_from": resumed[0] if resumed else None}
+    optim.register_step_post_hook(lambda *_: rec["local"].append(snapshot(model)))  # before DiLoCo's own hooks
+    done = resumed[0] if resumed else 0
+    gen = torch.Generator().manual_seed(1000 * opts["seed"] + 100 * done + island)  # each island's own data
+    vocab = model.config.vocab_size
+    with hook:
+        for step in range(done + 1, done + opts["steps"] + 1):
+            ids = torch.randint(0, vocab, (4, 16), generator=gen)
+            optim.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+            optim.step()
+            rec["after"].append(snapshot(model))
+            rec["outer_step"].append(hook.manager.current_step())
+            rec["metrics"].append(hook.metrics())
+            if opts["ckpt_every"] and step % opts["ckpt_every"] == 0:
+                checkpoint.save(ckpt, step, model, optim, 1, hook.state())
+            time.sleep(opts["pause"])
+    torch.save(rec, Path(out) / f"island{island}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
