@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from composer_prime.config.base import FieldError, Strict
+from composer_prime.config.base import FieldError, Port, Strict
 from composer_prime.utils.proc import has_gpu
 
 
@@ -90,6 +90,27 @@ class DiLoCoConfig(Strict):
     def lighthouse_address(self) -> str:
         """The lighthouse as torchft's clients want it: http://host:port."""
         return f"http://{self.lighthouse or f'127.0.0.1:{self.lighthouse_port}'}"
+
+
+class LighthouseConfig(Strict):
+    """`uv run lighthouse`: torchft's lighthouse, which forms the islands' quorums. One per run,
+    reachable by every island; `rl` starts one itself when it starts every island."""
+
+    host: str = Field("127.0.0.1", description="listening address (the islands' interface between data centres; "
+                                               "its RPCs are not authenticated: keep it on a private network)")
+    port: Port = Field(29510, description="listening port (torchft's default)")
+    min_replicas: int = Field(1, ge=1, description="islands a quorum needs (diloco.min_islands)")
+    join_timeout_ms: int = Field(2000, ge=0, description="how long a quorum waits for stragglers")
+    heartbeat_timeout_ms: int = Field(5000, ge=100, description="an island silent this long leaves the quorum")
+
+    def binds(self) -> list[tuple[str, str, int]]:
+        """(key, host, port) for every port this process listens on."""
+        return [("port", self.host, self.port)]
+
+    @classmethod
+    def of(cls, d: DiLoCoConfig) -> "LighthouseConfig":
+        return cls(port=d.lighthouse_port, min_replicas=d.min_islands, join_timeout_ms=d.join_timeout_ms,
+                   heartbeat_timeout_ms=d.heartbeat_timeout_ms)
 
 
 def cuda_with_triton() -> bool:

@@ -230,6 +230,9 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     max_concurrency: int = Field(32, ge=1, description="episodes in flight at once")
     record_traces: bool = Field(False, description="append every rollout to <output_dir>/orchestrator/traces.jsonl "
                                                    "(OpenAI chat format: `composer-prime traces ingest` reads it)")
+    island: int = Field(0, ge=0, description="DiLoCo: this orchestrator's island; it trains on every `islands`-th "
+                                             "train task from this one on, disjoint from the other islands'")
+    islands: int = Field(1, ge=1, description="DiLoCo: islands in the run (1: no islands)")
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
@@ -237,6 +240,8 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     @model_validator(mode="after")
     def _check(self) -> "OrchestratorConfig":
         self._load_sections()
+        if self.island >= self.islands:
+            raise FieldError("island", f"{self.island} is not below islands = {self.islands}")
         if len({e.id for e in self.envs}) != len(self.envs):
             raise FieldError("envs", "each environment id may appear once")
         self.groups_per_step()  # raises if the batch does not split into whole groups

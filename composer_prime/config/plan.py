@@ -14,6 +14,9 @@ server and one trainer rank each get their own half of the cores `rl` may use (t
 floats), so decoding and training overlap instead of taking turns: 0.52 -> 0.42 s a quickstart
 step on 2 cores. With a GPU, vLLM (it binds its own threads), more replicas or ranks, or any
 `cpus` given, nothing is pinned but what is asked.
+
+DiLoCo islands (`[diloco]`, `plan_islands`): every island is such a plan of its own, in its own
+directory and ports, plus torchft's lighthouse when `rl` starts every island itself.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from pydantic import BaseModel
 
+from composer_prime.config.diloco import LighthouseConfig
 from composer_prime.config.loader import ConfigError, alias, place_of
 from composer_prime.config.models import AuthConfig, InferenceConfig, RelayConfig, WeightBroadcastConfig
 from composer_prime.config.rl import RLConfig
@@ -92,3 +97,36 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
             Process("trainer", "trainer", trainer),
             *(Process(f"relay-{i}", "relay", r) for i, r in enumerate(relays)),
             Process("orchestrator", "orchestrator", orch)]
+
+
+ISLAND_PORTS = 10  # island k's ports: the first island's + 10 k (inference, batches, SHARDCAST and its relays)
+
+
+def shifted(address: str, by: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + by}"
+
+
+def plan_islands(cfg: RLConfig, provenance: dict[str, str] | None = None,
+                 resume_of: Callable[[Path], tuple[int, Path] | None] | None = None) -> list[Process]:
+    """DiLoCo islands (`[diloco]`): each island a whole `plan` of its own (processes named
+    island<k>-<name>, output in <output_dir>/island<k>, ports shifted by ISLAND_PORTS k), its
+    trainer one torchft replica, its orchestrator drawing from its own share of the tasks; and
+    the lighthouse when every island runs here and none is named. `resume_of(island_dir)`: where
+    that island resumes."""
+    d = cfg.diloco
+    lighthouse = d.lighthouse or f"127.0.0.1:{d.lighthouse_port}"
+    out = [Process("lighthouse", "lighthouse", LighthouseConfig.of(d))] if d.island is None and d.lighthouse is None else []
+    first, _, _ = cfg.split()
+    for k in range(d.islands) if d.island is None else [d.island]:
+        run, shift = Path(cfg.output_dir) / f"island{k}", ISLAND_PORTS * k
+        island = cfg.model_copy(update={
+            "output_dir": run, "diloco": None,
+            "transport": cfg.transport.model_copy(update={"address": shifted(cfg.transport.address, shift)}),
+            "weight_broadcast": cfg.weight_broadcast.model_copy(update={"port": cfg.weight_broadcast.port + shift}),
+            "inference": {**cfg.inference, "port": first.port + shift},
+            "orchestrator": {**cfg.orchestrator, "island": k, "islands": d.islands},
+            "trainer": {**cfg.trainer, "diloco": d.model_copy(update={"island": k, "lighthouse": lighthouse}).model_dump()}})
+        out += [Process(f"island{k}-{p.name}", p.entrypoint, p.config)
+                for p in plan(island, provenance, resume_of(run) if resume_of else None)]
+    return out

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from composer_prime.config.help import Section
 from composer_prime.config.base import FieldError, Shared
+from composer_prime.config.diloco import DiLoCoConfig
 from composer_prime.config.loader import ConfigError, alias, place_of, validate
 from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, TrainerConfig,
                                           WandbConfig, WeightBroadcastConfig)
@@ -33,6 +34,8 @@ class RLConfig(Shared):
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    diloco: DiLoCoConfig | None = Field(None, description="islands: whole inference + orchestrator + trainer groups "
+                                                          "synced by Streaming DiLoCo (config/diloco.py, config/plan.py)")
     inference: Annotated[dict, Section(InferenceConfig, SHARED_KEYS)] = Field(default_factory=dict)
     orchestrator: Annotated[dict, Section(OrchestratorConfig, SHARED_KEYS)] = Field(default_factory=dict)
     trainer: Annotated[dict, Section(TrainerConfig, SHARED_KEYS)] = Field(default_factory=dict)

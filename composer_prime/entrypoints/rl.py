@@ -1,4 +1,5 @@
-"""`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator (and relays).
+"""`uv run rl @ config.toml`: resolve one config, start inference, trainer and orchestrator (and relays;
+with `[diloco]`, one such group per island and a lighthouse).
 
 Checks everything it can before starting anything (config, model, output directory, cores,
 ports: one line and exit code 2), writes each process's resolved config to <output_dir>/configs/
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import check, check_binds, load, one_line_errors, place_of
-from composer_prime.config.plan import Process, plan
+from composer_prime.config.plan import Process, plan, plan_islands
 from composer_prime.entrypoints import checks
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports import auth
@@ -47,7 +48,10 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         cfg.split(provenance)  # every section's mistakes first, before what is true of this machine
         check(cfg, checks.RUN, provenance)
         run = Path(cfg.output_dir)
-        processes = plan(cfg, provenance, resume_point(run) if cfg.resume else None)
+        if cfg.diloco is not None:
+            processes = plan_islands(cfg, provenance, resume_point if cfg.resume else None)
+        else:
+            processes = plan(cfg, provenance, resume_point(run) if cfg.resume else None)
         for p in processes:
             if "cpus" in type(p.config).model_fields:
                 check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
@@ -59,7 +63,8 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         from composer_prime.env_runtime.errors import EnvError
 
         try:
-            check_envs(next(p.config for p in processes if p.name == "orchestrator"), *(() if dry_run else (CHEAP,)))
+            for orchestrator in [p.config for p in processes if p.entrypoint == "orchestrator"]:  # one per island
+                check_envs(orchestrator, *(() if dry_run else (CHEAP,)))
         except EnvError as e:
             raise ConfigError(f"{e} ({place_of('orchestrator.envs', provenance)})") from None
         paths = {p.name: run / "configs" / f"{p.name}.toml" for p in processes}
@@ -93,11 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     start = time.time()
+    finish = {p.name for p in processes if p.name.rpartition("-")[2] in ("orchestrator", "trainer")}
     supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
-               for p in processes}, run / "logs", {"orchestrator", "trainer"}, env)  # each named by PROCESS_ENV
-    s = write_report(run, time.time() - start)
-    log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
-             f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {run / 'report.md'}")
+               for p in processes}, run / "logs", finish, env)  # each named by PROCESS_ENV
+    for where in sorted({Path(p.config.output_dir) for p in processes if p.name in finish}):  # one per island
+        s = write_report(where, time.time() - start)
+        log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
+                 f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {where / 'report.md'}")
 
 
 if __name__ == "__main__":

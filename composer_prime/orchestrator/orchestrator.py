@@ -3,7 +3,8 @@
 Async with bounded staleness: the batch for trainer step n may come from policy n-k at the
 oldest (k = max_async_level). With k = 1 inference samples batch n while the trainer is busy
 with step n-1. A rollout from an older policy is dropped and counted, never trained on.
-Task choice is a pure function of (seed, step), so a resumed run continues exactly. Where to
+Task choice is a pure function of (seed, step), so a resumed run continues exactly; of DiLoCo
+islands, each draws from its own share of the train tasks (seed, step and island). Where to
 continue is the trainer's word: it announces the step it expects over the batch channel (on
 start, and again after every restart), so the orchestrator needs none of the trainer's files.
 
@@ -98,6 +99,15 @@ def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
     return out
 
 
+def island_share(train: list, island: int, islands: int, env_id: str) -> list:
+    """An island's train tasks: every `islands`-th from index `island` on, so islands never draw the
+    same task; the held-out set stays whole, so every island is evaluated alike."""
+    share = train[island::islands]
+    if not share:
+        raise SystemExit(f"env '{env_id}': {len(train)} train tasks cannot be shared by {islands} islands")
+    return share
+
+
 class Orchestrator:
     def __init__(self, cfg: OrchestratorConfig, keys: CurveKeys = None) -> None:
         self.cfg, self.keys = cfg, keys
@@ -105,8 +115,8 @@ class Orchestrator:
         self.tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model))
         groups, total = cfg.groups_per_step(), sum(e.ratio for e in cfg.envs)
         loaded = [load_env(e, cfg.eval.num_tasks, self.run / "logs") for e in cfg.envs]
-        self.envs = [EnvRun(e, env, env.train, env.held_out, e.group_size or cfg.group_size, groups[e.id], e.ratio / total)
-                     for e, env in zip(cfg.envs, loaded)]
+        self.envs = [EnvRun(e, env, island_share(env.train, cfg.island, cfg.islands, e.id), env.held_out,
+                            e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e, env in zip(cfg.envs, loaded)]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
@@ -136,7 +146,7 @@ class Orchestrator:
     async def collect(self, step: int) -> Collected:
         """Sample this step's groups: drop stale ones, refill flat ones (dynamic sampling)."""
         cfg = self.cfg
-        rng = random.Random(f"{cfg.seed}-{step}")
+        rng = random.Random(f"{cfg.seed}-{step}" + (f"-{cfg.island}" if cfg.islands > 1 else ""))  # each island its own draws
         kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
         c = Collected(seen={env.cfg.id: [] for env in self.envs}, dropped={env.cfg.id: [] for env in self.envs})
         for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full

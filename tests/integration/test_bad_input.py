@@ -63,6 +63,16 @@ ROWS = [
     ("trainer", ["--nproc", "0", "--dry-run"], "nproc: Input should be greater than or equal to 1"),
     ("trainer", ["--model", "~/no/such/model", "--dry-run"], "model: model directory not found: ~/no/such/model"),
     ("trainer", ["--transport.address", "tcp://127.0.0.1:{port}"], "transport.address: cannot listen on 127.0.0.1:{port}"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.sync_every", "6", "--diloco.fragments", "4", "--dry-run"],
+     "diloco.sync_every: 6 is not a multiple of fragments = 4: every fragment syncs once per 6 steps, one every "
+     "sync_every / fragments steps (command line)"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.wire_dtype", "quantized", "--dry-run"],
+     "diloco.wire_dtype: \"quantized\" needs CUDA and Triton (torchft's FP8 kernels); without them torchft would send "
+     "float32 without a word: use float32 or bfloat16 (command line)"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.island", "1", "--dry-run"],
+     "diloco.lighthouse: is needed with island set: the host:port of the lighthouse every island reaches (defaults)"),
+    ("lighthouse", ["--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("lighthouse", ["--min_replicas", "0", "--dry-run"], "min_replicas: Input should be greater than or equal to 1"),
     ("relay", ["--dry-run"], "upstream: required; set it in a config file or with --upstream"),
     ("relay", [*RELAY, "--poll_wait_s", "0", "--dry-run"], "poll_wait_s: Input should be greater than 0"),
     ("relay", [*RELAY, "--data_dir", "{file}/relay", "--dry-run"], "data_dir: {file} is not a directory"),
