@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from composer_prime.config.base import FieldError, Port, Strict
+from composer_prime.transports.auth import is_loopback
 from composer_prime.utils.proc import has_gpu
 
 
@@ -39,6 +40,9 @@ class DiLoCoConfig(Strict):
     lighthouse_port: int = Field(29510, ge=1, le=65535, description="the lighthouse `rl` starts (torchft's default port)")
     host: str = Field("127.0.0.1", description="the address this island's torchft servers bind and advertise to "
                                                "the others (the island's fast interface between data centres)")
+    trusted_network: bool = Field(False, description="torchft's store, Manager and lighthouse have no authentication: "
+                                                     "a host beyond loopback needs this set, saying the network between "
+                                                     "the islands is private (a VPC, a VPN)")
     min_islands: int = Field(1, ge=1, description="islands a sync needs to commit (the lighthouse's "
                                                   "min_replicas); fewer and the round is discarded")
     sync_every: int = Field(8, ge=1, description="H: inner steps between two syncs of the same fragment")
@@ -82,6 +86,9 @@ class DiLoCoConfig(Strict):
             host, sep, port = self.lighthouse.rpartition(":")
             if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
                 raise FieldError("lighthouse", f"{self.lighthouse!r} is not host:port")
+        if not is_loopback(self.host) and not self.trusted_network:
+            raise FieldError("host", f"{self.host} is beyond loopback, and torchft's endpoints there would accept anyone: "
+                                     "set diloco.trusted_network = true once the islands' network is private")
         if self.wire_dtype == "quantized" and not cuda_with_triton():
             raise FieldError("wire_dtype", "\"quantized\" needs CUDA and Triton (torchft's FP8 kernels); without "
                                            "them torchft would send float32 without a word: use float32 or bfloat16")
@@ -102,6 +109,15 @@ class LighthouseConfig(Strict):
     min_replicas: int = Field(1, ge=1, description="islands a quorum needs (diloco.min_islands)")
     join_timeout_ms: int = Field(2000, ge=0, description="how long a quorum waits for stragglers")
     heartbeat_timeout_ms: int = Field(5000, ge=100, description="an island silent this long leaves the quorum")
+    trusted_network: bool = Field(False, description="its RPCs have no authentication: a host beyond loopback needs "
+                                                     "this set, saying the network is private (a VPC, a VPN)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LighthouseConfig":
+        if not is_loopback(self.host) and not self.trusted_network:
+            raise FieldError("host", f"{self.host} is beyond loopback, and the lighthouse there would accept anyone: "
+                                     "set trusted_network = true once the islands' network is private")
+        return self
 
     def binds(self) -> list[tuple[str, str, int]]:
         """(key, host, port) for every port this process listens on."""

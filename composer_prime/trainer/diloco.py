@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
 from composer_prime.config import TrainerConfig
 from composer_prime.config.diloco import DiLoCoConfig
-from composer_prime.trainer.diloco_wire import Wire, loopback_store, manager_server_on
+from composer_prime.trainer.diloco_wire import Wire, store_on, manager_server_on
 from composer_prime.trainer.outer_sync import Stateful
 from composer_prime.transports.auth import is_loopback
 
@@ -87,23 +88,24 @@ class Island:
         self.heals = 0  # states received from a peer (since the last metrics)
         island = d.island or 0
         rank, world = dist.get_rank(), dist.get_world_size()
-        if is_loopback(d.host):  # gloo's own sockets follow the interface named here (torch reads it per group)
+        host = socket.gethostbyname(d.host)  # an address: the Manager's server binds host:port, not a name
+        if is_loopback(host):  # gloo's own sockets follow the interface named here (torch reads it per group)
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         box = [None]
         if rank == 0:
-            self._store, self._store_socket = loopback_store(d.host)
+            self._store, self._store_socket = store_on(host)
             box = [self._store_socket.getsockname()[1]]
         dist.broadcast_object_list(box, src=0)
         cuda = torch.cuda.is_available()
         timeout = timedelta(seconds=d.timeout_s)
         pg = ProcessGroupNCCL(timeout=timeout) if cuda else ProcessGroupGloo(timeout=timeout)
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        with manager_server_on(d.host):
+        with manager_server_on(host):
             manager = Manager(
                 pg=pg, load_state_dict=self._load, state_dict=self._state, min_replica_size=d.min_islands,
                 use_async_quorum=False, timeout=timeout, quorum_timeout=timedelta(seconds=d.quorum_timeout_s),
-                connect_timeout=timeout, rank=rank, world_size=world, store_addr=d.host, store_port=box[0],
-                lighthouse_addr=d.lighthouse_address(), replica_id=f"island{island}", hostname=d.host, port=0,
+                connect_timeout=timeout, rank=rank, world_size=world, store_addr=host, store_port=box[0],
+                lighthouse_addr=d.lighthouse_address(), replica_id=f"island{island}", hostname=host, port=0,
                 checkpoint_transport=PGTransport(pg, timeout=timeout, device=device),
                 init_sync=False)  # islands start from the same weights (the model); only one behind the others heals
         self.manager = manager
@@ -113,7 +115,7 @@ class Island:
         self.diloco = DiLoCo(self.wire, parts, self.inner, self.outer, sync_every=d.sync_every,
                              fragment_sync_delay=d.delay, fragment_update_alpha=d.alpha)
         sizes = [sum(p.numel() for p in f.parameters()) for f in parts]
-        log.info(f"island {island}: torchft replica on {d.host}, lighthouse {d.lighthouse_address()}; "
+        log.info(f"island {island}: torchft replica on {host}, lighthouse {d.lighthouse_address()}; "
                  f"H={d.sync_every}, P={d.fragments} {d.layout} fragments of {sizes} params, τ={d.delay}, α={d.alpha}; "
                  f"outer gradients on the wire: {self.codec()}")
 
@@ -151,6 +153,10 @@ class Island:
         if self.heals:
             out["diloco/heals"], self.heals = float(self.heals), 0
         syncs = self.wire.take()
+        for x in syncs:  # the run's console shows each island's syncs under its trainer's name
+            log.info(f"outer sync of fragment {x.fragment}: {'committed' if x.committed else 'discarded'} with "
+                     f"{x.participants} island(s), {x.bytes / 1e6:.2f} MB in {x.seconds:.2f}s -> outer step "
+                     f"{self.manager.current_step()}")
         if syncs:
             last = syncs[-1]
             out |= {"diloco/syncs": float(len(syncs)), "diloco/committed": float(sum(s.committed for s in syncs)),

