@@ -52,13 +52,17 @@ SMALLEST = {
                                      "--warmup", "1", "--repeats", "1", "--rl-flags",
                                      "--orchestrator.batch_size 8 --orchestrator.group_size 4 "
                                      "--orchestrator.sampling.max_tokens 8 --orchestrator.eval.num_tasks 2"],
+    # one rl run with two islands syncing the whole model after its one step (H = 1: the baseline)
+    "diloco": lambda: ["--parts", "bytes", "--sync-every", "1", "--fragments", "1"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
 }
-SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv"}  # take --work
+SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv",
+           "diloco"}  # take --work
 # per benchmark: the counts its outer loops reach at those settings, read from their last progress lines on stderr
 PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3, 3)},  # 3 systems timed once
             "openenv": {"openenv": (2, 2)},  # 2 systems, one repeat
+            "diloco": {"diloco": (1, 1)},  # one run
             "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
             "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
             "real_model": {"decode": (12, 12)},  # 2 batches x (a warm-up + 1 repeat) x 3 systems
@@ -216,6 +220,16 @@ def test_openenv(tmp_path):
     local, served = runs["in-process"]["rollouts_per_s"], runs["openenv"]["rollouts_per_s"]
     assert out["slowdown"]["runs"] == [round(1 - served / local, 3)]
     assert out["target_met"] == (out["slowdown"]["median"] <= 0.1) and set(out) >= {"machine", "date", "commit"}
+
+
+def test_diloco(tmp_path):
+    out = run("diloco", tmp_path)
+    assert set(out) == {"machine", "date", "commit", "changed_since_commit", "bytes"}
+    [case] = out["bytes"]["cases"]
+    # the tiny model's 853,376 float32 parameters, all of them synced after the one step, by both islands
+    assert (case["sync_every"], case["fragments"], case["wire_dtype"], case["syncs"]) == (1, 1, "float32", 1)
+    assert case["bytes_per_step"] == case["peak_bytes_per_sync"] == 4 * 853_376 and case["committed_with_both"]
+    assert (case["step_reduction_vs_h1"], case["target_reduction"], case["met"]) == (1.0, 1, True)
 
 
 def test_overlap_against_its_bound():

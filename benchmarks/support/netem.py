@@ -1,0 +1,50 @@
+"""A slow link between two islands, emulated: two network namespaces joined by a veth pair whose
+both ends shape traffic with `tc netem` (delay and rate). The benchmark creates them and removes
+them itself; traffic stays between them (no route out). Needs root (or CAP_NET_ADMIN) and the
+`ip` and `tc` commands; `available()` says why not where they are missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from typing import Iterator
+
+PREFIX = "cpdl"  # namespaces and links this module creates are named after it, with the pid
+
+
+def available() -> str | None:
+    """None where a link can be emulated here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces and tc)"
+    missing = [c for c in ("ip", "tc") if shutil.which(c) is None]
+    return f"{' and '.join(missing)} not installed" if missing else None
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[str], list[str], list[str]]]:
+    """Yields, per side, the command prefix that runs a process in that side's namespace, and the
+    two addresses and interface names: ([prefix_a, prefix_b], [addr_a, addr_b], [dev_a, dev_b])."""
+    tag = f"{PREFIX}{os.getpid() % 100000}"
+    ns, dev, addr = [f"{tag}a", f"{tag}b"], [f"{tag}va", f"{tag}vb"], ["10.231.0.1", "10.231.0.2"]
+    try:
+        for n in ns:
+            sh("ip", "netns", "add", n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        sh("ip", "link", "add", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
+        for n, d, a in zip(ns, dev, addr):
+            sh("ip", "-n", n, "addr", "add", f"{a}/24", "dev", d)
+            sh("ip", "-n", n, "link", "set", d, "up")
+            # one-way delay on each end: a round trip takes 2 x delay_ms
+            sh("ip", "netns", "exec", n, "tc", "qdisc", "add", "dev", d, "root", "netem", "delay", f"{delay_ms}ms",
+               "rate", f"{rate_mbit}mbit")
+        yield [["ip", "netns", "exec", n] for n in ns], addr, dev
+    finally:
+        for n in ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
