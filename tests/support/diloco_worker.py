@@ -3,7 +3,8 @@
 `python tests/support/diloco_worker.py MODEL_DIR OUT ISLAND DILOCO_JSON RUN_JSON`: the tiny model
 sharded by FSDP2 on a one-rank process group, AdamW as the inner optimizer, and trainer/diloco.py's
 `Island` around RUN_JSON's `steps` inner steps on this island's own random batches (seeded by ISLAND
-and `seed`), `pause` seconds after each (to keep an island alive while another restarts).
+and `seed`), `pause` seconds after each, stopping early once the file `until` exists (an island kept
+alive while another restarts); `snapshots` "syncs" keeps the weights only after syncs.
 Before DiLoCo's hooks see each step, the parameters are recorded (the island's θ_local); after the
 step returns, again (after any sync), with the Manager's step and the island's metrics. Also the
 process's listening sockets once the replica is up. Everything goes to OUT/island{ISLAND}.pt.
@@ -39,7 +40,7 @@ def listening() -> list[str]:
 
 
 def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
-    opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0} | json.loads(run)
+    opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "until": None, "snapshots": "all"} | json.loads(run)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     torch.set_num_threads(1)
     cfg = TrainerConfig(diloco={**json.loads(diloco), "island": island})
@@ -53,19 +54,22 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
         checkpoint.load(resumed[1], model, optim, hook.state())
     rec = {"listening": listening(), "initial": snapshot(model), "local": [], "after": [], "outer_step": [],
            "metrics": [], "resumed_from": resumed[0] if resumed else None}
-    optim.register_step_post_hook(lambda *_: rec["local"].append(snapshot(model)))  # before DiLoCo's own hooks
+    every = opts["snapshots"] == "all"  # else only the weights after a sync or a heal (a long run's memory)
+    optim.register_step_post_hook(lambda *_: rec["local"].append(snapshot(model) if every else None))  # before DiLoCo's
     done = resumed[0] if resumed else 0
     gen = torch.Generator().manual_seed(1000 * opts["seed"] + 100 * done + island)  # each island's own data
     vocab = model.config.vocab_size
     with hook:
         for step in range(done + 1, done + opts["steps"] + 1):
+            if opts["until"] and Path(opts["until"]).exists():
+                break
             ids = torch.randint(0, vocab, (4, 16), generator=gen)
             optim.zero_grad()
             model(input_ids=ids, labels=ids).loss.backward()
             optim.step()
-            rec["after"].append(snapshot(model))
             rec["outer_step"].append(hook.manager.current_step())
             rec["metrics"].append(hook.metrics())
+            rec["after"].append(snapshot(model) if every or rec["metrics"][-1].get("diloco/syncs") else None)
             if opts["ckpt_every"] and step % opts["ckpt_every"] == 0:
                 checkpoint.save(ckpt, step, model, optim, 1, hook.state())
             time.sleep(opts["pause"])
