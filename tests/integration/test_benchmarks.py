@@ -54,6 +54,11 @@ SMALLEST = {
                                      "--orchestrator.sampling.max_tokens 8 --orchestrator.eval.num_tasks 2"],
     # one rl run with two islands syncing the whole model after its one step (H = 1: the baseline)
     "diloco": lambda: ["--parts", "bytes", "--sync-every", "1", "--fragments", "1"],
+    # the learning result's machinery on the quickstart (not SmolLM2: its start-up alone takes 1.5 minutes), 40 s
+    "real_model:learning": lambda: ["--device", "cpu", "--result", "learning", "--config", str(ROOT / "configs/quickstart.toml"),
+                                     "--seeds", "0", "--minutes", "0.67", "--rl-flags",
+                                     "--orchestrator.eval.interval 2 --orchestrator.eval.num_tasks 16 "
+                                     "--orchestrator.batch_size 32"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
 }
@@ -66,7 +71,8 @@ PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3,
             "distill_ab": {"distill_ab": (2, 2)}, "replay_ab": {"replay_ab": (2, 2)}, "vs_trl": {"vs_trl": (2, 2)},
             "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
             "real_model": {"decode": (12, 12)},  # 2 batches x (a warm-up + 1 repeat) x 3 systems
-            "real_model:breakdown": {"breakdown": (2, 2)}}  # one engine, as shipped and synchronous
+            "real_model:breakdown": {"breakdown": (2, 2)},  # one engine, as shipped and synchronous
+            "real_model:learning": {"learning": (1, 1)}}  # one seed
 
 
 def sources_file(*sources: Path) -> Path:
@@ -208,6 +214,19 @@ def test_real_model_breakdown(tmp_path):
     assert o["bound"] == pytest.approx((o["t_gen_s"] + o["t_train_s"]) / max(o["t_gen_s"], o["t_train_s"]))
     assert (o["sync_step_s"], o["async_step_s"]) == (sync["step_s"], hf["step_s"]["median"])
     assert (tmp_path / "not-yet" / "results" / "real_model_breakdown_cpu.png").stat().st_size > 0
+
+
+def test_real_model_learning(tmp_path):
+    out = run("real_model:learning", tmp_path)["learning"]["cpu"]
+    assert (out["config"], out["minutes"], out["cores"]) == ("configs/quickstart.toml", 0.67, os.cpu_count())
+    [seed] = out["seeds"]
+    assert seed["seed"] == 0 and "--seed 0" in seed["command"] and "--max_steps 100000" in seed["command"]
+    evals = seed["evals"]
+    assert evals[0]["step"] == 0 and evals[0]["version"] == 0 and all(e["minute"] <= 0.67 for e in evals)
+    assert [e["step"] for e in evals] == sorted(e["step"] for e in evals) and seed["steps"] >= evals[-1]["step"]
+    assert seed["rise"] == round(evals[-1]["reward"] - evals[0]["reward"], 4)
+    assert out["rises_on_every_seed"] == (seed["rise"] > 0) and min(seed["peak_rss_mb"].values()) > 0
+    assert (tmp_path / "not-yet" / "results" / "real_model_learning_cpu.png").stat().st_size > 0
 
 
 def test_openenv(tmp_path):
