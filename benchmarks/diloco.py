@@ -14,8 +14,11 @@ islands on this machine (`@ configs/diloco.toml`), read from the islands' traine
 - reward: held-out reward at equal total rollouts, one island of batch B against two islands of
   batch B/2 each (their mean), --steps steps, per seed. Target: a gap of at most 0.02.
 - link: seconds per outer sync (quorum to commit) with the islands on loopback, and in two network
-  namespaces joined by a veth pair shaped by `tc netem` (--link DELAY_MS,RATE_MBIT one way), which
-  the benchmark creates and removes (support/netem.py); P = 1 and 4 at H = 8.
+  namespaces joined by a veth pair shaped by `tc netem` (--link DELAY_MS,RATE_MBIT one way; `tc tbf`,
+  rate only, where the kernel lacks netem: the result says which ran), which the benchmark creates
+  and removes (support/netem.py); P = 1 and 4 at H = 8.
+
+A run whose metrics are complete in --work is reused, not rerun (delete --work to measure anew).
 
 Prints the tables and writes <results>/diloco.json, stamped with the machine, date and commit.
 """
@@ -67,11 +70,17 @@ def finish(procs: list[subprocess.Popen], logs: list[Path], budget: float) -> No
             raise SystemExit(f"diloco: a run failed (exit {rc}); its log: {log}\n{log.read_text()[-2000:]}")
 
 
+def finished(trainer_dirs: list[Path], steps: int) -> bool:
+    """A run of these settings already done (its every trainer logged every step): reused, not rerun."""
+    return all(len(metrics_rows(d / "metrics.jsonl")) == steps for d in trainer_dirs)
+
+
 def islands(run: Path, steps: int, seed: int, batch: int, h: int, p: int, wire: str = "float32") -> list[dict]:
     """Two islands under one `rl`; per island its trainer's and orchestrator's metrics rows."""
     cmd = [*RL, "@", "configs/diloco.toml", *common(run, steps, seed, batch), "--diloco.sync_every", str(h),
            "--diloco.fragments", str(p), "--diloco.wire_dtype", wire, "--diloco.lighthouse_port", str(free_port())]
-    finish([rl(cmd, run / "bench.log")], [run / "bench.log"], 1800)
+    if not finished([run / f"island{k}" / "trainer" for k in (0, 1)], steps):
+        finish([rl(cmd, run / "bench.log")], [run / "bench.log"], 1800)
     return [{"trainer": metrics_rows(run / f"island{k}" / "trainer" / "metrics.jsonl"),
              "orchestrator": metrics_rows(run / f"island{k}" / "orchestrator" / "metrics.jsonl")} for k in (0, 1)]
 
@@ -121,7 +130,8 @@ def reward_result(a: argparse.Namespace, progress: Progress) -> dict:
     per_seed = []
     for seed in a.seeds:
         one = a.work / f"reward-one-{seed}"
-        finish([rl([*RL, *common(one, a.steps, seed, BATCH)], one / "bench.log")], [one / "bench.log"], 1800)
+        if not finished([one / "trainer"], a.steps):
+            finish([rl([*RL, *common(one, a.steps, seed, BATCH)], one / "bench.log")], [one / "bench.log"], 1800)
         one_r = [r for r in metrics_rows(one / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
         progress.advance()
         two = islands(a.work / f"reward-two-{seed}", a.steps, seed, BATCH // 2, 8, 2)
@@ -143,10 +153,13 @@ def link_result(a: argparse.Namespace, progress: Progress) -> dict:
     for p in (1, 4):
         loop = islands(a.work / f"link-loopback-p{p}", 16, 0, 32, 8, p)
         progress.advance()
-        with netem.slow_link(*a.link) as (prefix, addr, dev):
+        with netem.slow_link(*a.link) as (prefix, addr, dev, shaping):
+            out["shaping"] = shaping
             port, run = free_port(), a.work / f"link-netem-p{p}"
+            run.mkdir(parents=True, exist_ok=True)
             house = subprocess.Popen([*prefix[0], sys.executable, "-m", "composer_prime.entrypoints.lighthouse",
-                                      "--host", addr[0], "--port", str(port), "--trusted_network", "true"], cwd=ROOT)
+                                      "--host", addr[0], "--port", str(port), "--trusted_network", "true"], cwd=ROOT,
+                                     stdout=(run / "lighthouse.log").open("w"), stderr=subprocess.STDOUT)
             try:
                 procs, logs = [], []
                 for k in (0, 1):
@@ -161,7 +174,7 @@ def link_result(a: argparse.Namespace, progress: Progress) -> dict:
                 house.wait(timeout=30)
         slow = [{"trainer": metrics_rows(run / f"island{k}" / "trainer" / "metrics.jsonl")} for k in (0, 1)]
         progress.advance()
-        for name, r in (("loopback", loop), ("netem", slow)):
+        for name, r in (("loopback", loop), ("shaped", slow)):
             s = syncs(r[0])
             out["cases"].append({"link": name, "fragments": p, "syncs": len(s), "bytes_per_sync": max(x["diloco/bytes"] for x in s),
                                  "sync_s": spread([x["diloco/sync_s"] for x in s])})
@@ -203,7 +216,7 @@ def reward_table(w: dict) -> list[str]:
 
 
 def link_table(k: dict) -> list[str]:
-    lines = ["", f"seconds per sync, H = 8 (netem: {k['delay_ms']} ms one way, {k['rate_mbit']} Mbit/s)"]
+    lines = ["", f"seconds per sync, H = 8 ({k.get('shaping', 'link not shaped')})"]
     if "skipped" in k:
         lines.append(f"not run: {k['skipped']}")
     else:

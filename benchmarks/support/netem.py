@@ -1,5 +1,6 @@
 """A slow link between two islands, emulated: two network namespaces joined by a veth pair whose
-both ends shape traffic with `tc netem` (delay and rate). The benchmark creates them and removes
+both ends shape traffic with `tc netem` (delay and rate), or `tc tbf` (rate only) where the kernel
+has no netem. The benchmark creates them and removes
 them itself; traffic stays between them (no route out). Needs root (or CAP_NET_ADMIN) and the
 `ip` and `tc` commands; `available()` says why not where they are missing.
 """
@@ -27,10 +28,21 @@ def sh(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
 
 
+def shape(ns: str, dev: str, delay_ms: float, rate_mbit: float) -> str:
+    """Shape `dev`'s outgoing traffic: netem's one-way delay and rate (a round trip then takes
+    2 x delay_ms), or, in a kernel without sch_netem, tbf's rate alone. Returns what runs."""
+    tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root"]
+    if subprocess.run([*tc, "netem", "delay", f"{delay_ms}ms", "rate", f"{rate_mbit}mbit"], capture_output=True).returncode == 0:
+        return f"netem: {delay_ms:g} ms one way, {rate_mbit:g} Mbit/s"
+    sh(*tc, "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", "400ms")
+    return f"tbf: {rate_mbit:g} Mbit/s, no added delay (this kernel has no sch_netem)"
+
+
 @contextlib.contextmanager
 def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[str], list[str], list[str]]]:
-    """Yields, per side, the command prefix that runs a process in that side's namespace, and the
-    two addresses and interface names: ([prefix_a, prefix_b], [addr_a, addr_b], [dev_a, dev_b])."""
+    """Yields, per side, the command prefix that runs a process in that side's namespace, the two
+    addresses and interface names, and what shapes the link: ([prefix_a, prefix_b], [addr_a, addr_b],
+    [dev_a, dev_b], shaping)."""
     tag = f"{PREFIX}{os.getpid() % 100000}"
     ns, dev, addr = [f"{tag}a", f"{tag}b"], [f"{tag}va", f"{tag}vb"], ["10.231.0.1", "10.231.0.2"]
     try:
@@ -38,13 +50,12 @@ def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[str], li
             sh("ip", "netns", "add", n)
             sh("ip", "-n", n, "link", "set", "lo", "up")
         sh("ip", "link", "add", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
+        shaping = ""
         for n, d, a in zip(ns, dev, addr):
             sh("ip", "-n", n, "addr", "add", f"{a}/24", "dev", d)
             sh("ip", "-n", n, "link", "set", d, "up")
-            # one-way delay on each end: a round trip takes 2 x delay_ms
-            sh("ip", "netns", "exec", n, "tc", "qdisc", "add", "dev", d, "root", "netem", "delay", f"{delay_ms}ms",
-               "rate", f"{rate_mbit}mbit")
-        yield [["ip", "netns", "exec", n] for n in ns], addr, dev
+            shaping = shape(n, d, delay_ms, rate_mbit)
+        yield [["ip", "netns", "exec", n] for n in ns], addr, dev, shaping
     finally:
         for n in ns:
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
