@@ -32,6 +32,7 @@ class Completion:
     logprobs: list[float]
     finish_reason: str
     weight_version: int
+    node: str = ""  # the inference node that answered (its URL), set by the client that asked
 
 
 @dataclass

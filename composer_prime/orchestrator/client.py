@@ -24,6 +24,7 @@ that is `InferenceUnreachable`: the orchestrator stops with one line.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -103,9 +104,10 @@ class InferenceClient:
 
     async def _send(self, prompt_ids: list[int], sampling: SamplingParams, futures: list[asyncio.Future]) -> None:
         self.requests += 1
+        url = next(self._next)
         try:
             body = await self._post("/inference/v1/generate", {"model": self.model, "token_ids": prompt_ids, "n": len(futures),
-                                                                "sampling_params": sampling.model_dump(mode="json")})
+                                                                "sampling_params": sampling.model_dump(mode="json")}, url)
         except asyncio.CancelledError:
             for f in futures:
                 f.cancel()
@@ -117,7 +119,7 @@ class InferenceClient:
             return
         for f, completion in zip(futures, completions(body)):
             if not f.done():  # a caller cancelled meanwhile
-                f.set_result(completion)
+                f.set_result(dataclasses.replace(completion, node=url))
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
         """Top-k next-token log-probs at each position from `start` on (see `Engine.score`)."""

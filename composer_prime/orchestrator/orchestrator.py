@@ -8,9 +8,11 @@ islands, each draws from its own share of the train tasks (seed, step and island
 continue is the trainer's word: it announces the step it expects over the batch channel (on
 start, and again after every restart), so the orchestrator needs none of the trainer's files.
 
-Each step is two stages: `collect` samples groups (dynamic sampling, staleness) and `build`
-turns the kept ones into `rl` samples, then runs the active batch steps (orchestrator/batch.py:
-one per channel that needs orchestrator-side work, e.g. distill's hints and teacher views).
+Each step is two stages: `collect` samples groups and passes each through the rollout filters
+(orchestrator/filters/: staleness, dynamic sampling, ...; a refused flat group is refilled), and
+`build` turns the kept ones into `rl` samples, then runs the active batch steps
+(orchestrator/batch.py: one per channel that needs orchestrator-side work, e.g. distill's hints
+and teacher views).
 
 Environments of every kind look alike here (env_runtime/envs.py): tasks, a start and a close.
 A rollout its environment failed (a server that died, refused or stalled) is dropped, counted by
@@ -35,9 +37,10 @@ from composer_prime.contract.batches import Batch
 from composer_prime.env_runtime.envs import Env, load_env
 from composer_prime.env_runtime.episode import FAULTS
 from composer_prime.model.resolve import resolve_model
-from composer_prime.orchestrator.advantages import group_advantages, has_spread, shape_reward
+from composer_prime.orchestrator.advantages import group_advantages, shape_reward
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
+from composer_prime.orchestrator.filters import make_filters, metric_names
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
@@ -66,9 +69,9 @@ class Collected:
     """One step's sampling: the kept groups (with shaped rewards) and everything else it saw."""
 
     groups: list[tuple[list[Rollout], list[float]]] = field(default_factory=list)  # in batch order
-    flat: list[Rollout] = field(default_factory=list)  # rollouts of groups dropped for a flat reward
+    flat: list[Rollout] = field(default_factory=list)  # rollouts of groups a keep_aside filter dropped (flat rewards)
     seen: dict[str, list[Rollout]] = field(default_factory=dict)  # per environment: kept, flat and stale
-    stats: dict[str, int] = field(default_factory=lambda: {"stale": 0, "flat_groups": 0, "groups": 0})
+    stats: dict[str, int] = field(default_factory=lambda: {"groups": 0, **dict.fromkeys(metric_names(), 0)})  # filters' drops
     dropped: dict[str, list[Rollout]] = field(default_factory=dict)  # per environment: rollouts its environment failed
     tokens: int = 0  # model tokens sampled
     start: float = field(default_factory=time.time)
@@ -120,6 +123,7 @@ class Orchestrator:
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
+        self.filters = make_filters(cfg)
         self.trainer: str | None = None  # the trainer start we follow (the id it announces)
         self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
         self.restarts = 0  # trainer restarts followed (a metric)
@@ -161,14 +165,14 @@ class Orchestrator:
                 if not (g := keep(g, c.dropped[env.cfg.id])):
                     continue
                 c.seen[env.cfg.id] += g
-                shaped = [self.shaped(r) for r in g]  # once per group: spread check and advantages
-                if min(r.weight_version for r in g) < step - cfg.max_async_level:
-                    c.stats["stale"] += len(g)
-                elif cfg.dynamic_sampling and not has_spread(shaped):
-                    c.stats["flat_groups"] += 1
-                    c.flat += g
-                else:
+                shaped = [self.shaped(r) for r in g]  # once per group: the filters and advantages
+                refused = next((f for f in self.filters if not f.keeps(step, g, shaped)), None)
+                if refused is None:
                     kept[env.cfg.id].append((g, shaped))
+                    continue
+                c.stats[refused.name] = c.stats.get(refused.name, 0) + refused.count(g)
+                if refused.keep_aside:
+                    c.flat += g
         c.groups = [(g, shaped) for env in self.envs for g, shaped in kept[env.cfg.id][: env.groups]]
         return c
 

@@ -36,6 +36,7 @@ class Rollout:
     model_mask: list[int] = field(default_factory=list)  # 1 where the model sampled the token
     turns: list[Turn] = field(default_factory=list)
     weight_version: int = 2**62  # the oldest policy that sampled any of its turns
+    nodes: list[str] = field(default_factory=list)  # the inference nodes that sampled its turns, in order
     finish_reason: str = ""
     reward: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
@@ -92,6 +93,8 @@ class TokenTurns:
         start = len(r.completion_ids)
         r.append(c.token_ids, c.logprobs)
         r.weight_version = min(r.weight_version, c.weight_version)
+        if c.node not in r.nodes:
+            r.nodes.append(c.node)
         r.finish_reason = c.finish_reason
         return Turn(self.tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason, start, len(r.completion_ids))
 

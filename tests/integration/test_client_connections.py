@@ -84,7 +84,7 @@ def generate_with(server: DroppingServer, pauses: tuple[float, ...] = (0.0,)):
 def test_a_dropped_request_is_sent_again():
     server = DroppingServer(lambda n, path: n == 1)
     [c], logical = generate_with(server)
-    assert (c.token_ids, c.logprobs, c.weight_version) == ([5, 6], [-0.5, -0.25], 3)
+    assert (c.token_ids, c.logprobs, c.weight_version, c.node) == ([5, 6], [-0.5, -0.25], 3, server.url())  # who answered
     assert (logical, server.requests, server.connections) == (1, 2, 2)  # one request, sent twice, on a new connection
 
 

@@ -6,25 +6,10 @@ import asyncio
 
 import pytest
 
-from composer_prime.config import OrchestratorConfig
-from composer_prime.orchestrator.orchestrator import Collected, Orchestrator
-from composer_prime.orchestrator.rollouts import Rollout, rollout
-from tests.support.scripted import RIGHT, WRONG, ScriptedPolicy
+from composer_prime.orchestrator.orchestrator import Collected
+from tests.support.scripted import RIGHT, WRONG, orchestrator, scripted
 
 FORMAT = "The answer is 1660"  # a format error site (tool-calc's own rule)
-
-
-def orchestrator(tiny_model_dir, **extra) -> Orchestrator:
-    return Orchestrator(OrchestratorConfig.model_validate({
-        "model": str(tiny_model_dir), "batch_size": 2, "group_size": 2, "seq_len": 512, "eval": {"num_tasks": 1},
-        "sampling": {"max_tokens": 128},
-        "envs": [{"id": "tool-calc", "args": {"num_tasks": 1}, "eval_args": {"num_tasks": 1}, "max_turns": 3}], **extra}))
-
-
-def scripted(o: Orchestrator, replies: list[str]) -> Rollout:
-    env = o.envs[0]
-    return asyncio.run(rollout(ScriptedPolicy(o.tok, replies), o.tok, "tool-calc", env.train[0], o.cfg.sampling,
-                               o.cfg.seq_len, 3, 0, asyncio.Semaphore(1)))
 
 
 def test_distill_step_adds_its_channel_to_batch_samples_and_flat_rollouts(tiny_model_dir):

@@ -1,0 +1,58 @@
+"""The rollout-filter stage (orchestrator/filters/): staleness and dynamic sampling as the first two
+registered filters, in order; collection asks them group by group before advantages, counts each
+drop under the refusing filter's name, keeps flat groups aside, refills, and takes a filter it was
+never told about the same way. Groups come from a scripted policy at the group seam."""
+
+import asyncio
+import dataclasses
+
+from composer_prime.orchestrator.filters import Filter
+from composer_prime.orchestrator.filters.dynamic_sampling import DynamicSampling
+from composer_prime.orchestrator.filters.staleness import Staleness
+from tests.support.scripted import RIGHT, WRONG, orchestrator, scripted
+
+
+def serve(o, groups):
+    """Collection's group seam answers with these groups, in order."""
+    queue = list(groups)
+
+    async def group(env, task, size, seed):
+        return queue.pop(0)
+
+    o._group = group
+    return queue
+
+
+def test_staleness_then_dynamic_sampling_refill_and_count(tiny_model_dir):
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2, max_async_level=1)  # 2 groups a step
+    assert [type(f) for f in o.filters] == [Staleness, DynamicSampling]
+    right, wrong = scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, "1"])
+    assert (right.reward, wrong.reward) == (1.0, 0.0)
+    assert right.nodes == wrong.nodes == ["scripted"]  # every rollout carries the node(s) that sampled its turns
+    at = lambda r, v: dataclasses.replace(r, weight_version=v)  # noqa: E731
+    stale, flat = [at(right, 1), at(wrong, 2)], [at(right, 3), at(right, 3)]  # for step 3: policy 1 is too old
+    good = [at(right, 2), at(wrong, 3)]
+    left = serve(o, [stale, flat, good, good])
+    c = asyncio.run(o.collect(3))
+    assert left == [] and [g for g, _ in c.groups] == [good, good]  # refilled once
+    assert (c.stats["groups"], c.stats["stale"], c.stats["flat_groups"]) == (4, 2, 1)  # stale in rollouts, flat in groups
+    assert c.flat == flat  # kept aside for the batch steps; the stale group is not
+
+
+def test_dynamic_sampling_off_and_a_third_filter_joining(tiny_model_dir):
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2, dynamic_sampling=False)
+    assert [type(f) for f in o.filters] == [Staleness]
+
+    class NoWrongAnswers(Filter):  # e.g. a volunteer's proof check: never named by collection
+        name, order = "has_wrong", 30
+
+        def keeps(self, step, group, shaped) -> bool:
+            return min(r.reward for r in group) > 0
+
+    o.filters.append(NoWrongAnswers(o.cfg))
+    right, wrong = scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, "1"])
+    flat, mixed = [right, right], [right, wrong]
+    serve(o, [flat, mixed, flat])
+    c = asyncio.run(o.collect(0))
+    assert [g for g, _ in c.groups] == [flat, flat]  # flat groups kept without dynamic sampling
+    assert (c.stats["has_wrong"], c.stats["flat_groups"], c.flat) == (1, 0, [])
