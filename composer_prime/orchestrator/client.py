@@ -1,4 +1,5 @@
-"""Async client for the inference server's token and score routes, spread over several servers.
+"""Async client for the inference server's token and score routes, spread over a pool of nodes
+(orchestrator/pool.py: the run's own servers, and nodes that join).
 
 aiohttp, not httpx: a step sends a whole batch of requests at once (128 in the quickstart), and
 httpx's connection pool re-examines every connection on every request (`has_expired`,
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +33,7 @@ import aiohttp
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.inference import Completion, Scores, completions
+from composer_prime.orchestrator.pool import NodePool
 
 
 class RefusedRequest(ValueError):
@@ -49,8 +50,8 @@ RETRY_DELAYS_S = (0.2, 1.0)  # after a dropped or refused connection; then the e
 
 class InferenceClient:
     def __init__(self, urls: list[str], model: str, timeout_s: float = 300.0) -> None:
-        self.urls, self.model, self.timeout_s = urls, model, timeout_s
-        self._next = itertools.cycle(urls)
+        self.urls, self.model, self.timeout_s = urls, model, timeout_s  # the trusted servers
+        self.pool = NodePool(urls)  # they, and the nodes that join
         self._session: aiohttp.ClientSession | None = None  # made in the event loop that uses it
         self._pending: dict[tuple, list[tuple[int | None, asyncio.Future]]] = {}  # same prompt and params: seeds waiting
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly
@@ -63,7 +64,7 @@ class InferenceClient:
         return self._session
 
     async def _post(self, route: str, body: dict, url: str | None = None) -> dict[str, Any]:
-        url, delays = url or next(self._next), list(RETRY_DELAYS_S)
+        url, delays = url or self.pool.pick().url, list(RETRY_DELAYS_S)
         while True:
             try:
                 async with self._http().post(f"{url}{route}", json=body) as r:
@@ -104,10 +105,19 @@ class InferenceClient:
 
     async def _send(self, prompt_ids: list[int], sampling: SamplingParams, futures: list[asyncio.Future]) -> None:
         self.requests += 1
-        url = next(self._next)
+        request = {"model": self.model, "token_ids": prompt_ids, "n": len(futures),
+                   "sampling_params": sampling.model_dump(mode="json")}
         try:
-            body = await self._post("/inference/v1/generate", {"model": self.model, "token_ids": prompt_ids, "n": len(futures),
-                                                                "sampling_params": sampling.model_dump(mode="json")}, url)
+            while True:
+                node = self.pool.pick()
+                try:
+                    body = await self._post("/inference/v1/generate", request, node.url)
+                    break
+                except InferenceUnreachable as e:
+                    if node.trusted:
+                        raise
+                    self.pool.leave(node.url, str(e))  # an untrusted node gone: the others take its requests
+            url = node.url
         except asyncio.CancelledError:
             for f in futures:
                 f.cancel()

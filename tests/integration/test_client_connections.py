@@ -88,6 +88,26 @@ def test_a_dropped_request_is_sent_again():
     assert (logical, server.requests, server.connections) == (1, 2, 2)  # one request, sent twice, on a new connection
 
 
+def test_a_joined_node_that_cannot_be_reached_leaves_the_pool_and_nothing_is_lost():
+    trusted, volunteer = DroppingServer(lambda n, path: False), DroppingServer(lambda n, path: True)
+
+    async def go():
+        servers = [await asyncio.start_server(s.serve, "127.0.0.1", s.port) for s in (trusted, volunteer)]
+        client = InferenceClient([trusted.url()], "tiny")
+        client.pool.join(volunteer.url())
+        try:
+            return [await client.generate([1, 2, k], SamplingParams(max_tokens=2, seed=0)) for k in range(4)], client.pool
+        finally:
+            await client.close()
+            for srv in servers:
+                srv.close()
+
+    out, pool = asyncio.run(go())
+    assert [c.node for c in out] == [trusted.url()] * 4  # every request answered, by the trusted server
+    assert list(pool.nodes) == [trusted.url()] and "unreachable" in pool.left[volunteer.url()]
+    assert volunteer.requests == len(RETRY_DELAYS_S) + 1  # tried (with its retries) once, then gone
+
+
 def test_a_server_that_drops_every_time_is_one_clear_error():
     server = DroppingServer(lambda n, path: True)
     with pytest.raises(InferenceUnreachable, match=rf"inference at {server.url()} is unreachable: "
