@@ -19,7 +19,7 @@ import pytest
 import torch
 from torchft._torchft import LighthouseServer
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 WORKER = ROOT / "tests" / "support" / "diloco_worker.py"
 STEPS = 8
@@ -93,3 +93,34 @@ def test_two_islands_sync_fragments_on_schedule_with_the_pinned_arithmetic(model
             theta_prev[n] = after_a[n]
         others = [n for n in names if fragment_of(n) != frag]
         assert not all(torch.equal(after_a[n], after_b[n]) for n in others)  # trained apart since its last sync
+
+
+def test_islands_of_two_ranks_each_sync_their_shards(model_dir, tmp_path):
+    """An island is FSDP2 over its own ranks (torchrun): each rank is a torchft replica group rank,
+    all-reducing its own shards with the same rank of the other island. After a sync of fragment
+    0 every rank's shard of it is bit-identical across islands and equals θ_prev − η·mean(Δ)."""
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000)
+    port = lighthouse.address().rpartition(":")[2]
+    diloco = {"islands": 2, "min_islands": 2, "lighthouse": f"127.0.0.1:{port}", "sync_every": 4, "fragments": 2,
+              "outer_lr": 0.5, "outer_momentum": 0.0}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+                               f"--master-port={free_port()}", str(WORKER), str(model_dir), str(tmp_path), str(i),
+                               json.dumps(diloco), json.dumps({"steps": 2})], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        lighthouse.shutdown()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    for rank in (0, 1):
+        a, b = (torch.load(tmp_path / f"island{i}-rank{rank}.pt") for i in (0, 1))
+        assert a["outer_step"] == b["outer_step"] == [0, 1]
+        assert a["metrics"][1]["diloco/participants"] == 2
+        for n in [n for n in a["initial"] if fragment_of(n) == 0]:
+            delta = ((a["initial"][n] - a["local"][1][n]) + (a["initial"][n] - b["local"][1][n])) / 2
+            assert torch.equal(a["after"][1][n], b["after"][1][n]), (rank, n)
+            torch.testing.assert_close(a["after"][1][n], a["initial"][n] - 0.5 * delta, rtol=0, atol=2e-6)
+        others = [n for n in a["initial"] if fragment_of(n) == 1]
+        assert not all(torch.equal(a["after"][1][n], b["after"][1][n]) for n in others)

@@ -1,7 +1,8 @@
 """One island's trainer reduced to its DiLoCo replica, run as its own process by the DiLoCo tests.
 
 `python tests/support/diloco_worker.py MODEL_DIR OUT ISLAND DILOCO_JSON RUN_JSON`: the tiny model
-sharded by FSDP2 on a one-rank process group, AdamW as the inner optimizer, and trainer/diloco.py's
+sharded by FSDP2 on a one-rank process group (or on torchrun's ranks: then each rank records its
+own shards in OUT/island{ISLAND}-rank{RANK}.pt), AdamW as the inner optimizer, and trainer/diloco.py's
 `Island` around RUN_JSON's `steps` inner steps on this island's own random batches (seeded by ISLAND
 and `seed`), `pause` seconds after each, stopping early once the file `until` exists (an island kept
 alive while another restarts); `snapshots` "syncs" keeps the weights only after syncs.
@@ -15,6 +16,7 @@ and, when OUT holds its checkpoint from a run before, resumes from it first (a r
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,7 +43,11 @@ def listening() -> list[str]:
 
 def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "until": None, "snapshots": "all"} | json.loads(run)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if "WORLD_SIZE" in os.environ:  # an island of several ranks, under torchrun
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    rank = dist.get_rank()
     torch.set_num_threads(1)
     cfg = TrainerConfig(diloco={**json.loads(diloco), "island": island})
     torch.manual_seed(0)  # the same initial weights on every island
@@ -57,7 +63,7 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     every = opts["snapshots"] == "all"  # else only the weights after a sync or a heal (a long run's memory)
     optim.register_step_post_hook(lambda *_: rec["local"].append(snapshot(model) if every else None))  # before DiLoCo's
     done = resumed[0] if resumed else 0
-    gen = torch.Generator().manual_seed(1000 * opts["seed"] + 100 * done + island)  # each island's own data
+    gen = torch.Generator().manual_seed(1000 * opts["seed"] + 100 * done + 10 * rank + island)  # each island's (rank's) own data
     vocab = model.config.vocab_size
     with hook:
         for step in range(done + 1, done + opts["steps"] + 1):
@@ -73,7 +79,7 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
             if opts["ckpt_every"] and step % opts["ckpt_every"] == 0:
                 checkpoint.save(ckpt, step, model, optim, 1, hook.state())
             time.sleep(opts["pause"])
-    torch.save(rec, Path(out) / f"island{island}.pt")
+    torch.save(rec, Path(out) / (f"island{island}.pt" if dist.get_world_size() == 1 else f"island{island}-rank{rank}.pt"))
     dist.destroy_process_group()
 
 
