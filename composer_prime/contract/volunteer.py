@@ -1,0 +1,90 @@
+"""What crosses between a run and a volunteer's inference node: the lease it is given and the
+signed submission it returns (issue 27's worker and validator read only these).
+
+A `Lease` is chosen by the run's pool, never by the node: the task (its prompt, bound by hash),
+the sampling parameters and seed, the oldest weight version allowed, a deadline. A `Submission`
+is what the node generated for it: the token ids, its sampling log-probs, the weight version it
+used, TOPLOC proofs over its last hidden states (one per 32-token chunk, base64), signed with the
+node's ed25519 key over `signed_bytes()` (canonical JSON of every other field). The node never
+reports a reward: the run recomputes it. Torch-free, so a volunteer installs inference only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from composer_prime.contract.batches import SchemaError
+
+CHUNK = 32  # tokens per TOPLOC proof (INTELLECT-2's and prime-rl's boundary)
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """sha256 of the prompt's token ids, as the lease binds them (a changed token is another prompt)."""
+    return hashlib.sha256(json.dumps(prompt_ids, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_id: str
+    env: str
+    prompt_ids: list[int]
+    sampling: dict  # SamplingParams as JSON, its seed included
+    min_weight_version: int  # older weights are refused (the run's max_async_level)
+    deadline: float  # unix time; a later submission is discarded and the task leased again
+
+    @property
+    def prompt_sha256(self) -> str:
+        return prompt_hash(self.prompt_ids)
+
+
+@dataclass(frozen=True)
+class Submission:
+    node_id: str  # the node's ed25519 public key, hex
+    lease_id: str
+    weight_version: int
+    prompt_sha256: str
+    token_ids: list[int]
+    logprobs: list[float]  # the sampling log-prob of each token
+    seed: int
+    proofs: list[str] = field(default_factory=list)  # base64 TOPLOC proofs, one per CHUNK tokens
+    signature: str = ""  # hex ed25519 signature of signed_bytes()
+
+    def signed_bytes(self) -> bytes:
+        body = {k: v for k, v in asdict(self).items() if k != "signature"}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    def signed(self, key: Ed25519PrivateKey) -> "Submission":
+        return Submission(**{**asdict(self), "signature": key.sign(self.signed_bytes()).hex()})
+
+    def signature_valid(self) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(self.node_id)).verify(bytes.fromhex(self.signature),
+                                                                                   self.signed_bytes())
+            return True
+        except (ValueError, InvalidSignature):
+            return False
+
+
+def check_submission(s: Submission) -> None:
+    """SchemaError unless the submission is well formed (what a validator checks before any cost)."""
+    if not s.token_ids or len(s.logprobs) != len(s.token_ids):
+        raise SchemaError(f"submission {s.lease_id}: {len(s.token_ids)} tokens and {len(s.logprobs)} log-probs")
+    if not all(math.isfinite(x) and x <= 0 for x in s.logprobs):
+        raise SchemaError(f"submission {s.lease_id}: log-probs must be finite and at most 0")
+    if len(s.proofs) != math.ceil(len(s.token_ids) / CHUNK):
+        raise SchemaError(f"submission {s.lease_id}: {len(s.proofs)} proofs for {len(s.token_ids)} tokens "
+                          f"(one per {CHUNK})")
+    for p in s.proofs:
+        try:
+            raw = base64.b64decode(p, validate=True)
+        except ValueError:
+            raise SchemaError(f"submission {s.lease_id}: a proof is not base64") from None
+        if not raw.strip(b"\0"):
+            raise SchemaError(f"submission {s.lease_id}: a null proof (TOPLOC returns those when building failed)")

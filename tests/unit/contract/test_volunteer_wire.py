@@ -1,0 +1,57 @@
+"""The wire contract with a volunteer's node (contract/volunteer.py): the prompt bound by hash, a
+submission signed over canonical bytes (any changed field breaks the signature; another key, a
+garbage signature: invalid, never an exception), and the shape checks a validator runs before
+any cost, a null TOPLOC proof included."""
+
+import base64
+import dataclasses
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from composer_prime.contract.batches import SchemaError
+from composer_prime.contract.volunteer import Lease, Submission, check_submission, prompt_hash
+
+PROOF = base64.b64encode(bytes(i % 255 + 1 for i in range(258))).decode()  # 258 bytes: 2 + 2 x topk 128
+
+
+def node_id(key: Ed25519PrivateKey) -> str:
+    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def submission(key: Ed25519PrivateKey, n: int = 40) -> Submission:
+    lease = Lease("L1", "reverse-text", [1, 2, 3], {"seed": 7, "temperature": 1.0}, 3, 1e12)
+    return Submission(node_id(key), lease.lease_id, 4, lease.prompt_sha256, list(range(n)), [-0.5] * n, 7,
+                      [PROOF] * -(-n // 32)).signed(key)
+
+
+def test_the_prompt_is_bound_by_hash():
+    assert prompt_hash([1, 2, 3]) == prompt_hash([1, 2, 3]) != prompt_hash([1, 2, 4])
+    assert prompt_hash([1, 2, 3]) == "a615eeaee21de5179de080de8c3052c8da901138406ba71c38c032845f7d54f4"
+
+
+def test_any_changed_field_breaks_the_signature():
+    key = Ed25519PrivateKey.generate()
+    s = submission(key)
+    assert s.signature_valid()
+    for change in ({"token_ids": [0] + s.token_ids[1:] + [9]}, {"weight_version": 5}, {"seed": 8}, {"lease_id": "L2"},
+                   {"prompt_sha256": prompt_hash([1, 2, 4])}, {"logprobs": [-0.4] + s.logprobs[1:]}, {"proofs": [PROOF[::-1]] * 2}):
+        assert not dataclasses.replace(s, **change).signature_valid(), change
+    other = Ed25519PrivateKey.generate()
+    assert not dataclasses.replace(s, node_id=node_id(other)).signature_valid()  # a key that did not sign
+    assert not dataclasses.replace(s, signature="zz").signature_valid() and not dataclasses.replace(s, signature="").signature_valid()
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"logprobs": [-0.5] * 39}, "40 tokens and 39 log-probs"),
+    ({"logprobs": [0.5] * 40}, "log-probs must be finite and at most 0"),
+    ({"proofs": [PROOF]}, "1 proofs for 40 tokens"),
+    ({"proofs": [PROOF, "not base64!"]}, "a proof is not base64"),
+    ({"proofs": [PROOF, base64.b64encode(bytes(258)).decode()]}, "a null proof"),
+])
+def test_malformed_submissions_are_refused_before_any_cost(change, why):
+    s = submission(Ed25519PrivateKey.generate())
+    check_submission(s)
+    with pytest.raises(SchemaError, match=why):
+        check_submission(dataclasses.replace(s, **change))
