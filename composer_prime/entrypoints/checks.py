@@ -10,9 +10,11 @@ from composer_prime.config.loader import Check
 from composer_prime.inference.devices import check_device
 from composer_prime.model.resolve import check_model
 from composer_prime.utils.fs import check_readable_data, check_readable_dir, check_writable_dir
+from composer_prime.utils.net import check_reachable
 from composer_prime.utils.proc import check_cpus
 
 RUN: dict[str, Check] = {"model": check_model, "output_dir": check_writable_dir}  # what `rl` checks at the top level
+ISLAND: dict[str, Check] = {"diloco.lighthouse": check_reachable}  # one island of many: their lighthouse must be up
 PROCESS: dict[str, Check] = {**RUN, "cpus": check_cpus}  # inference, orchestrator and trainer
 INFERENCE: dict[str, Check] = {**PROCESS, "weights_path": check_readable_dir, "device": check_device}
 SFT: dict[str, Check] = {**RUN, "data": check_readable_data}

@@ -49,6 +49,8 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         check(cfg, checks.RUN, provenance)
         run = Path(cfg.output_dir)
         if cfg.diloco is not None:
+            if not dry_run:
+                check(cfg, checks.ISLAND, provenance)
             processes = plan_islands(cfg, provenance, resume_point if cfg.resume else None)
         else:
             processes = plan(cfg, provenance, resume_point(run) if cfg.resume else None)

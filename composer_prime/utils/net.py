@@ -54,3 +54,12 @@ def free_port() -> int:
     with socket.socket() as s:  # a crowded low range: fall back to the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """OSError unless something accepts a TCP connection at host:port now."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise OSError(f"nothing answers at {address} ({e.strerror or e}); start it first") from None

@@ -71,6 +71,8 @@ ROWS = [
      "float32 without a word: use float32 or bfloat16 (command line)"),
     ("rl", ["@", "configs/diloco.toml", "--diloco.island", "1", "--dry-run"],
      "diloco.lighthouse: is needed with island set: the host:port of the lighthouse every island reaches (defaults)"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.island", "1", "--diloco.lighthouse", "127.0.0.1:{closed}"],
+     "diloco.lighthouse: nothing answers at 127.0.0.1:{closed} (Connection refused); start it first (command line)"),
     ("lighthouse", ["--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
     ("lighthouse", ["--min_replicas", "0", "--dry-run"], "min_replicas: Input should be greater than or equal to 1"),
     ("relay", ["--dry-run"], "upstream: required; set it in a config file or with --upstream"),
@@ -103,7 +105,7 @@ def taken_port():
 
 @pytest.mark.parametrize("command, args, expected", ROWS, ids=[f"{c} {' '.join(a)}" for c, a, _ in ROWS])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(command, args, expected, tmp_path, taken_port):
-    subs = {**scaffold(tmp_path), "port": str(taken_port)}
+    subs = {**scaffold(tmp_path), "port": str(taken_port), "closed": str(free_port())}  # listened on / not
     made = listing(tmp_path)
     argv = [fill(a, subs) for a in args]
     if command in OUT and OUT[command] not in argv:  # any output lands where the test can see it
