@@ -138,7 +138,11 @@ def test_tool_calc_distill(tmp_path):
     evals = [r for r in orch if "eval/tool-calc/tool_error_rate" in r]
     # a short warm start already calls the tool (the README's 800 steps also answer: held-out 0.297 at step 0)
     assert evals[0]["eval/tool-calc/tool_calls"] > 0
-    assert all(r["eval/tool-calc/tool_error_rate"] < 1.0 for r in evals)  # not collapsed into unparseable calls
+    # not collapsed into unparseable calls: a trained policy still makes some parseable call. One held-out
+    # pass (16 tasks x 2) may miss them all: from this short warm start's 0.957 the error rate measured
+    # 0.924 to 1.0 per pass, depending on which policy the async batches came from; a collapse is every pass at 1.0.
+    trained = [r["eval/tool-calc/tool_error_rate"] for r in evals if r["eval_version"] > 0]
+    assert trained and min(trained) < 1.0, evals
 
 
 def test_shardcast(tmp_path):
