@@ -11,8 +11,9 @@ trainer/diloco.py's `Island`).
 from __future__ import annotations
 
 import contextlib
-from importlib.metadata import entry_points
 from typing import Any, Protocol
+
+from composer_prime.utils import plugins
 
 OUTER_SYNCS = "composer_prime.outer_syncs"  # the entry-point group outer syncs register in
 
@@ -43,7 +44,7 @@ class NoSync(contextlib.nullcontext):
 def build(cfg: Any, trainer: Any) -> OuterSync:
     """The hook the config asks for: the registered outer sync whose config field is set, else NoSync.
     `trainer` is train.Trainer (model, optimizer, ...), built and not yet resumed."""
-    chosen = [ep for ep in entry_points(group=OUTER_SYNCS) if getattr(cfg, ep.name, None) is not None]
+    chosen = sorted(n for n in plugins.names(OUTER_SYNCS) if getattr(cfg, n, None) is not None)
     if len(chosen) > 1:
-        raise SystemExit(f"trainer: {', '.join(ep.name for ep in chosen)} are set; one outer sync at a time")
-    return chosen[0].load()(cfg, trainer) if chosen else NoSync()
+        raise SystemExit(f"trainer: {', '.join(chosen)} are set; one outer sync at a time")
+    return plugins.load(OUTER_SYNCS)[chosen[0]](cfg, trainer) if chosen else NoSync()

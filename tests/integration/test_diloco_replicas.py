@@ -32,13 +32,16 @@ def fragment_of(name: str) -> int:
     return 0
 
 
-def run_islands(tmp_path, diloco: dict, steps: int = STEPS) -> list[dict]:
+def launch_islands(tmp_path, model_dir, diloco: dict, steps: int, ranks: int = 1) -> None:
+    """Two islands (one process each, or `ranks` under torchrun) and a real lighthouse on loopback;
+    each records to tmp_path (diloco_worker.py)."""
     lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000)
     port = lighthouse.address().rpartition(":")[2]  # it advertises the host name: reach it on loopback instead
     diloco = {"islands": 2, "min_islands": 2, "lighthouse": f"127.0.0.1:{port}", **diloco}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(tmp_path / "model"), str(tmp_path), str(i),
-                               json.dumps(diloco), json.dumps({"steps": steps})], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for i in range(2)]
+    launcher = [] if ranks == 1 else ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-addr=127.0.0.1"]
+    procs = [subprocess.Popen([sys.executable, *launcher, *([f"--master-port={free_port()}"] if launcher else []), str(WORKER),
+                               str(model_dir), str(tmp_path), str(i), json.dumps(diloco), json.dumps({"steps": steps})],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     try:
         outs = [p.communicate(timeout=300)[0] for p in procs]
     finally:
@@ -46,6 +49,10 @@ def run_islands(tmp_path, diloco: dict, steps: int = STEPS) -> list[dict]:
             p.kill()
         lighthouse.shutdown()
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+
+
+def run_islands(tmp_path, diloco: dict, steps: int = STEPS) -> list[dict]:
+    launch_islands(tmp_path, tmp_path / "model", diloco, steps)
     return [torch.load(tmp_path / f"island{i}.pt") for i in range(2)]
 
 
@@ -99,21 +106,7 @@ def test_islands_of_two_ranks_each_sync_their_shards(model_dir, tmp_path):
     """An island is FSDP2 over its own ranks (torchrun): each rank is a torchft replica group rank,
     all-reducing its own shards with the same rank of the other island. After a sync of fragment
     0 every rank's shard of it is bit-identical across islands and equals θ_prev − η·mean(Δ)."""
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000)
-    port = lighthouse.address().rpartition(":")[2]
-    diloco = {"islands": 2, "min_islands": 2, "lighthouse": f"127.0.0.1:{port}", "sync_every": 4, "fragments": 2,
-              "outer_lr": 0.5, "outer_momentum": 0.0}
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-                               f"--master-port={free_port()}", str(WORKER), str(model_dir), str(tmp_path), str(i),
-                               json.dumps(diloco), json.dumps({"steps": 2})], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=300)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-        lighthouse.shutdown()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    launch_islands(tmp_path, model_dir, {"sync_every": 4, "fragments": 2, "outer_lr": 0.5, "outer_momentum": 0.0}, 2, ranks=2)
     for rank in (0, 1):
         a, b = (torch.load(tmp_path / f"island{i}-rank{rank}.pt") for i in (0, 1))
         assert a["outer_step"] == b["outer_step"] == [0, 1]
