@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from composer_prime.config.base import CommaList, FieldError, Pinned, Port, Sections, Shared, Strict
 from composer_prime.config.diloco import DiLoCoConfig
 from composer_prime.config.sampling import RolloutSampling
+from composer_prime.config.volunteers import VolunteersConfig
 
 
 class BatchTransportConfig(Strict):
@@ -233,6 +234,7 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     island: int = Field(0, ge=0, description="DiLoCo: this orchestrator's island; it trains on every `islands`-th "
                                              "train task from this one on, disjoint from the other islands'")
     islands: int = Field(1, ge=1, description="DiLoCo: islands in the run (1: no islands)")
+    volunteers: VolunteersConfig = Field(default_factory=VolunteersConfig)
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)

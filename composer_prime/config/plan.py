@@ -81,6 +81,13 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
         servers = [f"http://{r.host}:{r.port}" for r in relays] or [origin]
         inf = InferenceConfig.model_validate({**inf.model_dump(), "weight_broadcast": WeightBroadcastConfig(
             type="shardcast", servers=servers, public_key=public, keep_last=wb.keep_last).model_dump()})
+        if orch.volunteers.enabled and not orch.volunteers.relays:  # volunteers pull from the run's own relays
+            orch = orch.model_copy(update={"volunteers": orch.volunteers.model_copy(
+                update={"relays": servers, "public_key": public})})
+    if orch.volunteers.enabled and inf.resolved_engine() != "hf":
+        raise ConfigError(f"orchestrator.volunteers needs inference.engine = \"hf\": the validator's prefill reads "
+                          f"the last hidden states, which vLLM does not expose "
+                          f"({place_of('inference.engine', provenance)})")
     infs = [inf.model_copy(update={"port": inf.port + i}) for i in range(cfg.inference_replicas)]
     if len(infs) > 1:
         urls = [f"http://{i.host}:{i.port}" for i in infs]

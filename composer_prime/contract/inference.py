@@ -33,6 +33,7 @@ class Completion:
     finish_reason: str
     weight_version: int
     node: str = ""  # the inference node that answered (its URL), set by the client that asked
+    verdict: str = ""  # a volunteer's completion the validator rejected: which check failed
 
 
 @dataclass

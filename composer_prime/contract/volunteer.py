@@ -2,11 +2,14 @@
 signed submission it returns (issue 27's worker and validator read only these).
 
 A `Lease` is chosen by the run's pool, never by the node: the task (its prompt, bound by hash),
-the sampling parameters and seed, the oldest weight version allowed, a deadline. A `Submission`
+the sampling parameters and seed, the weight version to generate with (the trusted servers'
+when the lease is made: the validator's prefill runs with those weights), a deadline. A `Submission`
 is what the node generated for it: the token ids, its sampling log-probs, the weight version it
 used, TOPLOC proofs over its last hidden states (one per 32-token chunk, base64), signed with the
 node's ed25519 key over `signed_bytes()` (canonical JSON of every other field). The node never
-reports a reward: the run recomputes it. Torch-free, so a volunteer installs inference only.
+reports a reward: the run recomputes it. A node's other requests (join, heartbeat, lease) are a
+`hello`: its id, the route and the time, signed, so nobody can beat or take leases for another
+node. Torch-free, so a volunteer installs inference only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import base64
 import hashlib
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 
 from cryptography.exceptions import InvalidSignature
@@ -36,7 +40,7 @@ class Lease:
     env: str
     prompt_ids: list[int]
     sampling: dict  # SamplingParams as JSON, its seed included
-    min_weight_version: int  # older weights are refused (the run's max_async_level)
+    weight_version: int  # generate with exactly these weights (pull them first if behind)
     deadline: float  # unix time; a later submission is discarded and the task leased again
 
     @property
@@ -64,12 +68,37 @@ class Submission:
         return Submission(**{**asdict(self), "signature": key.sign(self.signed_bytes()).hex()})
 
     def signature_valid(self) -> bool:
-        try:
-            Ed25519PublicKey.from_public_bytes(bytes.fromhex(self.node_id)).verify(bytes.fromhex(self.signature),
-                                                                                   self.signed_bytes())
-            return True
-        except (ValueError, InvalidSignature):
-            return False
+        return _verify(self.node_id, self.signature, self.signed_bytes())
+
+
+def node_id(key: Ed25519PrivateKey) -> str:
+    """A node's id: its ed25519 public key, hex."""
+    return key.public_key().public_bytes_raw().hex()
+
+
+def _verify(node: str, signature: str, data: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(node)).verify(bytes.fromhex(signature), data)
+        return True
+    except (ValueError, InvalidSignature):
+        return False
+
+
+def hello(key: Ed25519PrivateKey, route: str, **fields) -> dict:
+    """A signed request body for `route` (join, heartbeat, lease): who, where, when."""
+    body = {"node_id": node_id(key), "route": route, "time": time.time(), **fields}
+    return {**body, "signature": key.sign(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hex()}
+
+
+def hello_valid(body: dict, route: str, max_age_s: float = 60.0) -> bool:
+    """A hello signed by its node for this route, made within `max_age_s` (a replayed one expires)."""
+    fields = {k: v for k, v in body.items() if k != "signature"}
+    try:
+        fresh = body.get("route") == route and abs(time.time() - float(body["time"])) <= max_age_s
+        data = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        return fresh and _verify(str(body["node_id"]), str(body["signature"]), data)
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def check_submission(s: Submission) -> None:

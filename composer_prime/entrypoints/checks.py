@@ -19,3 +19,4 @@ PROCESS: dict[str, Check] = {**RUN, "cpus": check_cpus}  # inference, orchestrat
 INFERENCE: dict[str, Check] = {**PROCESS, "weights_path": check_readable_dir, "device": check_device}
 SFT: dict[str, Check] = {**RUN, "data": check_readable_data}
 RELAY: dict[str, Check] = {"data_dir": check_writable_dir}
+WORKER: dict[str, Check] = {"join": check_reachable, "work_dir": check_writable_dir, "device": check_device}

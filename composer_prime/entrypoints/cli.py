@@ -6,6 +6,7 @@
     composer-prime env <command> ...     environment tooling (see `composer-prime env --help`)
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
     composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
+    composer-prime toploc install        TOPLOC for volunteers: a prebuilt wheel, else built from source
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _toploc(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from composer_prime.verify.install import install
+
+    try:
+        print(install(args.wheels))
+    except (subprocess.CalledProcessError, RuntimeError) as e:
+        print(f"error: toploc could not be installed: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse prints its usage before an error; a user needs the one line that says what is wrong.
     Every subcommand's parser is of this class too (argparse makes sub-parsers of the parent's class)."""
@@ -60,6 +74,13 @@ def parser() -> argparse.ArgumentParser:
         "make", help="create what is missing in DIR (never replaces a key); pass DIR as auth.keys_dir")
     make.add_argument("--out", type=Path, required=True, help="the keys directory, e.g. outputs/run/keys")
     make.set_defaults(func=_keys)
+    from composer_prime.verify.install import DEFAULT_WHEELS
+
+    t = sub.add_parser("toploc", help="TOPLOC proofs for volunteers (verify/install.py)")
+    inst = t.add_subparsers(dest="action", required=True).add_parser(
+        "install", help="make toploc importable: a prebuilt wheel from --wheels, else built from its sdist")
+    inst.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="prebuilt wheels (default: ../shared/wheels beside the checkout)")
+    inst.set_defaults(func=_toploc)
     from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)
@@ -74,7 +95,7 @@ def logs_to_stderr(args: argparse.Namespace) -> bool:
     build-tasks, env redteam) their results: their logs and progress (utils/progress.py) go to stderr.
     The other commands' logs go with their results to stdout: stderr holds only a failure's one line."""
     sub = getattr(args, "traces_command", None) or getattr(args, "env_command", None)
-    return args.command in ("model", "keys") or sub in ("replay", "build-tasks", "redteam")
+    return args.command in ("model", "keys", "toploc") or sub in ("replay", "build-tasks", "redteam")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
     if cfg.weights_path is not None:  # resume: serve the step the trainer will continue from
         await engine.load_weights(str(cfg.weights_path))
         state.version, state.weights_path = cfg.weight_version, str(cfg.weights_path)
+    state.paths[state.version] = state.weights_path or base  # where these weights are, for an audit once they are not served
     log.info(f"{type(engine).__name__} serving {cfg.model} v{state.version} on http://{cfg.host}:{cfg.port}")
     server = uvicorn.Server(uvicorn.Config(build_app(state, token), host=cfg.host, port=cfg.port, log_level="warning"))
     follower = None
@@ -44,7 +45,7 @@ async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
         wb = cfg.weight_broadcast
         follower = asyncio.create_task(follow(
             wb.servers, auth.public_key(wb.public_key), base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
-            state.load))
+            state.load, keep=wb.keep_last))
         follower.add_done_callback(lambda t: setattr(server, "should_exit", True))  # it never ends unless it failed
     try:
         await server.serve()

@@ -3,7 +3,9 @@
 Routes: /v1/models, /v1/completions, /v1/chat/completions (OpenAI shapes, with logprobs),
 /inference/v1/generate (token ids in, token ids + one log-prob per token out: the route
 verifiers' training client calls; `n` completions of one prompt in one request), /inference/v1/score (top-k next-token log-probs of a given
-sequence: a teacher's distribution for distillation), /update_weights (hot-load a step directory), /health.
+sequence: a teacher's distribution for distillation), /inference/v1/audit (a volunteer's completion
+measured against this server's weights: TOPLOC proofs and sampling, verify/), /update_weights
+(hot-load a step directory), /health.
 Every response carries the serving weight version (header X-Weight-Version, and in JSON).
 With a token, the routes that change state (/update_weights) want `Authorization: Bearer <token>`
 and answer 401 without it; serve.py insists on one when the server listens beyond loopback.
@@ -16,6 +18,7 @@ import dataclasses
 import hmac
 import time
 import uuid
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -41,6 +44,18 @@ class GenerateRequest(BaseModel):
         return {k: x for k, x in v.items() if k in SamplingParams.model_fields} if isinstance(v, dict) else v
 
 
+class AuditRequest(BaseModel):
+    """A volunteer's completion to measure: prompt + completion ids, its proofs and claims."""
+
+    weight_version: int  # the weights it claims: measured only against those (409 otherwise)
+    token_ids: list[int]
+    prompt_len: int = Field(ge=1)
+    proofs: list[str]
+    logprobs: list[float]
+    seed: int
+    sampling_params: SamplingParams
+
+
 class ScoreRequest(BaseModel):
     token_ids: list[int]
     start: int
@@ -59,6 +74,7 @@ class ServerState:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
         self.version = version
         self.weights_path = weights_path
+        self.paths: dict[int, str] = {}  # every version loaded: where its step is (an audit of an older one reads it)
         self.update_lock = asyncio.Lock()
         self.stats = {"updates": 0, "failed_updates": 0, "requests": 0, "unauthorized": 0}
 
@@ -72,6 +88,7 @@ class ServerState:
                 self.stats["failed_updates"] += 1
                 raise
             self.version, self.weights_path = version, path
+            self.paths[version] = path
             self.stats["updates"] += 1
             self.stats["load_s"] = self.stats.get("load_s", 0.0) + time.time() - t  # incl. waiting for a decode to end
 
@@ -163,6 +180,36 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
     async def score(req: ScoreRequest) -> dict:
         scores = await call(state.engine.score, req.token_ids, req.start, req.top_k, req.temperature)
         return dataclasses.asdict(scores)
+
+    @app.post("/inference/v1/audit")
+    async def audit(req: AuditRequest) -> dict:
+        """Raw measurements of a volunteer's completion; the validator applies the thresholds."""
+        from composer_prime.verify import sampling, toploc
+
+        if len(req.logprobs) != len(req.token_ids) - req.prompt_len:
+            raise HTTPException(status_code=400, detail="one log-prob per completion token")
+        version = state.version
+        older = None if req.weight_version == version else state.paths.get(req.weight_version)
+        if req.weight_version != version and (older is None or not Path(older, "model.safetensors").exists()):
+            raise HTTPException(status_code=409, detail=f"serving v{version}; v{req.weight_version}'s step is not here")
+        try:
+            hidden, logits = await state.engine.states(req.token_ids, req.prompt_len, older)
+        except ValueError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
+        except AttributeError:
+            raise HTTPException(status_code=501, detail=f"{type(state.engine).__name__} exposes no hidden "
+                                                        "states: audit with the embedded engine") from None
+        if older is None and state.version != version:  # the served weights changed under the prefill
+            raise HTTPException(status_code=409, detail=f"serving v{state.version}, not v{req.weight_version}")
+        try:
+            chunks = toploc.measure(hidden, req.proofs)
+        except toploc.ProofError as e:  # toploc is not installed here
+            raise HTTPException(status_code=501, detail=str(e)) from None
+        except (RuntimeError, ValueError) as e:  # toploc missing, or proofs it cannot parse
+            raise HTTPException(status_code=422, detail=f"proofs not measurable: {e}") from None
+        checked = sampling.check(logits, req.token_ids[req.prompt_len:], req.logprobs, req.sampling_params, req.seed)
+        return {"weight_version": req.weight_version, "chunks": [dataclasses.asdict(c) for c in chunks],
+                **dataclasses.asdict(checked)}
 
     def openai_response(kind: str, gen, body: dict) -> JSONResponse:
         text = tok.decode([t for t in gen.token_ids if t not in (tok.eos_token_id,)], skip_special_tokens=True)

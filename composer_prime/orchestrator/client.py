@@ -20,12 +20,18 @@ weight reload leaves connections idle). So the pool drops connections idle for 3
 such server would, and a request whose connection drops is sent again (twice at most: a seeded
 request gets the same answer, an unseeded one a fresh sample). A server still unreachable after
 that is `InferenceUnreachable`: the orchestrator stops with one line.
+
+Volunteers (orchestrator/volunteers.py): a request the pool hands to a volunteer's node becomes
+one lease per completion, at the weights the trusted servers serve; each submission is validated
+(filters/volunteers.py) before its caller gets it, its verdict on the completion. A lease lost
+(node dead, ejected, late) or a submission no trusted server can check goes to the next node.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -34,10 +40,15 @@ import aiohttp
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.inference import Completion, Scores, completions
 from composer_prime.orchestrator.pool import NodePool
+from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost, Unverifiable, VolunteerPool
 
 
 class RefusedRequest(ValueError):
     """The server answered 4xx: this request is wrong (too long a context, a bad argument)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class InferenceUnreachable(RuntimeError):
@@ -56,6 +67,8 @@ class InferenceClient:
         self._pending: dict[tuple, list[tuple[int | None, asyncio.Future]]] = {}  # same prompt and params: seeds waiting
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self.requests = 0  # generate requests sent (after coalescing)
+        self.served = 0  # the newest weight version a trusted server answered with (leases use it)
+        self.volunteers: tuple[VolunteerPool, Any] | None = None  # (pool, validator): filters/volunteers.attach
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:  # limit=0: the whole batch at once
@@ -69,7 +82,7 @@ class InferenceClient:
             try:
                 async with self._http().post(f"{url}{route}", json=body) as r:
                     if 400 <= r.status < 500:
-                        raise RefusedRequest(f"{route}: {r.status} {await r.text()}")
+                        raise RefusedRequest(f"{route}: {r.status} {await r.text()}", r.status)
                     r.raise_for_status()
                     return await r.json()
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:  # dropped or refused connection
@@ -111,12 +124,17 @@ class InferenceClient:
             while True:
                 node = self.pool.pick()
                 try:
-                    body = await self._post("/inference/v1/generate", request, node.url)
+                    if node.url.startswith(PREFIX):
+                        out = await self._volunteer(node.url, prompt_ids, sampling, len(futures))
+                    else:
+                        out = completions(await self._post("/inference/v1/generate", request, node.url))
                     break
                 except InferenceUnreachable as e:
                     if node.trusted:
                         raise
                     self.pool.leave(node.url, str(e))  # an untrusted node gone: the others take its requests
+                except (LeaseLost, Unverifiable):
+                    continue  # the pool has let the node go if it is gone; the task goes to the next node
             url = node.url
         except asyncio.CancelledError:
             for f in futures:
@@ -127,9 +145,39 @@ class InferenceClient:
                 if not f.done():
                     f.set_exception(e)
             return
-        for f, completion in zip(futures, completions(body)):
+        for f, completion in zip(futures, out):
             if not f.done():  # a caller cancelled meanwhile
                 f.set_result(dataclasses.replace(completion, node=url))
+
+    async def _volunteer(self, url: str, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
+        """n leases (seed + i) to the volunteer `url`, each submission validated; its verdict on the completion."""
+        pool, validator = self.volunteers
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(62)  # the pool's pick, never the node's
+        got = await asyncio.gather(*(pool.lease(url, prompt_ids, sampling.model_copy(update={"seed": seed + i}), self.served)
+                                     for i in range(n)))
+        out = []
+        for lease, sub in got:
+            try:
+                verdict = await validator.check(lease, sub)
+            except Unverifiable:
+                pool.count(sub.node_id, "unverifiable")  # not the node's fault: never charged
+                raise
+            pool.verdict(sub.node_id, verdict)
+            stopped = bool(sub.token_ids) and sub.token_ids[-1] in sampling.stop_token_ids
+            out.append(Completion(sub.token_ids, sub.logprobs, "stop" if stopped else "length", sub.weight_version,
+                                  verdict=verdict))
+        return out
+
+    async def audit(self, body: dict) -> dict | None:
+        """A trusted server's measurements of a volunteer's completion (/inference/v1/audit): None
+        when it serves other weights than the submission's; {"error": ...} when it cannot measure it."""
+        for url in self.urls:  # any trusted server at the submission's version will do
+            try:
+                return await self._post("/inference/v1/audit", body, url)
+            except RefusedRequest as e:
+                if e.status != 409:
+                    return {"error": str(e)}
+        return None
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
         """Top-k next-token log-probs at each position from `start` on (see `Engine.score`)."""
@@ -142,6 +190,7 @@ class InferenceClient:
             async with self._http().get(f"{url}/health") as r:
                 r.raise_for_status()
                 out.append(int((await r.json())["weight_version"]))
+        self.served = max(out)
         return out
 
     async def wait_ready(self, timeout_s: float = 900.0) -> None:

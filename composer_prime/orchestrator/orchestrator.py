@@ -41,6 +41,7 @@ from composer_prime.orchestrator.advantages import group_advantages, shape_rewar
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.filters import make_filters, metric_names
+from composer_prime.orchestrator.filters.volunteers import attach
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
@@ -121,6 +122,7 @@ class Orchestrator:
         self.envs = [EnvRun(e, env, island_share(env.train, cfg.island, cfg.islands, e.id), env.held_out,
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e, env in zip(cfg.envs, loaded)]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
+        self.volunteers = attach(cfg, self.client)  # None unless the run takes volunteers
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
         self.filters = make_filters(cfg)
@@ -207,6 +209,8 @@ class Orchestrator:
             **step_metrics,
         }
         info |= dropped_metrics([r for rs in c.dropped.values() for r in rs])
+        if self.volunteers is not None:  # what each volunteer has in this batch (a rejected one: nothing)
+            info |= self.volunteers.in_batch([r.nodes for g, _ in c.groups for r in g])
         for env in self.envs:
             info |= env_metrics(f"env/{env.cfg.id}", c.seen[env.cfg.id])
             info[f"env/{env.cfg.id}/dropped"] = len(c.dropped.get(env.cfg.id, []))
@@ -232,8 +236,12 @@ class Orchestrator:
         try:
             for env in self.envs:
                 await env.env.start()
+            if self.volunteers is not None:
+                await self.volunteers.start()
             await self._loop()
         finally:  # also when inference is gone: the session closes before the process reports it
+            if self.volunteers is not None:
+                await self.volunteers.stop()
             await self.client.close()
             for env in self.envs:
                 await env.env.close()
@@ -286,6 +294,7 @@ class Orchestrator:
             t_send = time.time()
             sender.send(batch)
             row |= info | {"send_s": time.time() - t_send, "trainer_restarts": self.restarts}
+            row |= self.volunteers.metrics() if self.volunteers is not None else {}
             metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             log.info(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "

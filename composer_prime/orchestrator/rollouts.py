@@ -37,6 +37,7 @@ class Rollout:
     turns: list[Turn] = field(default_factory=list)
     weight_version: int = 2**62  # the oldest policy that sampled any of its turns
     nodes: list[str] = field(default_factory=list)  # the inference nodes that sampled its turns, in order
+    unverified: list[str] = field(default_factory=list)  # "<node>: <check>" for each turn a validator rejected
     finish_reason: str = ""
     reward: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
@@ -95,6 +96,8 @@ class TokenTurns:
         r.weight_version = min(r.weight_version, c.weight_version)
         if c.node not in r.nodes:
             r.nodes.append(c.node)
+        if c.verdict:
+            r.unverified.append(f"{c.node}: {c.verdict}")
         r.finish_reason = c.finish_reason
         return Turn(self.tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason, start, len(r.completion_ids))
 

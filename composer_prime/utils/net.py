@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 _handed_out: set[int] = set()
 _rng = random.SystemRandom()  # never the global generator: a seeded run would make every process pick alike
@@ -57,7 +58,10 @@ def free_port() -> int:
 
 
 def check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    """OSError unless something accepts a TCP connection at host:port now."""
+    """OSError unless something accepts a TCP connection at host:port (or an http(s) URL's) now."""
+    if "://" in address:
+        url = urlsplit(address)
+        address = f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()

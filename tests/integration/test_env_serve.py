@@ -21,25 +21,16 @@ from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 from tool_calc.taskset import CALC_SCHEMA, evaluate
 
-from tests.conftest import ROOT, free_port, start_until_ready
+from tests.conftest import ROOT
+from tests.integration.conftest import ENV_SERVE, serve_env, stop
 from tests.support.bad_input import run_bad_input
 
-CLI = [sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "serve", "tool-calc"]
 TASKS = ["--args", '{"split": "eval", "num_tasks": 4}']
 MINILIB = ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib"
 
 
-def serve(*extra: str, cli: tuple[str, ...] = (*CLI, *TASKS)) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([*cli, "--port", str(port), *extra],
-                             lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, timeout_s=180)
-    return proc, url
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    proc.wait(timeout=30)
+def serve(*extra: str) -> tuple[subprocess.Popen, str]:
+    return serve_env("tool-calc", *TASKS, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +136,7 @@ def test_a_port_in_use_is_one_line_exit_2():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        run_bad_input("composer_prime.entrypoints.cli", [*CLI[3:], "--port", str(port)],
+        run_bad_input("composer_prime.entrypoints.cli", [*ENV_SERVE[3:], "tool-calc", "--port", str(port)],
                       f"error: --port {port}: cannot listen on 127.0.0.1:{port}: Address already in use$")
 
 
@@ -155,7 +146,7 @@ def test_feature_deletion_served_with_its_sandbox_tools(tmp_path):
                     "--source", str(MINILIB), "--out", str(tasks), "--max-tasks", "1"], check=True, capture_output=True, timeout=600)
     (task,) = (tasks / "tasks").iterdir()
     (solution,) = [p for p in (task / "solution").rglob("*.py")]
-    proc, url = serve(cli=(*CLI[:5], "feature-deletion", "--args", json.dumps({"taskset_dir": str(tasks)})))
+    proc, url = serve_env("feature-deletion", "--args", json.dumps({"taskset_dir": str(tasks)}))
     try:
         with MCPToolClient(base_url=url, message_timeout_s=600).sync() as env:
             assert sorted(t.name for t in env.list_tools()) == sorted(

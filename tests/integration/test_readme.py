@@ -66,6 +66,12 @@ ELSEWHERE = {
     # islands: two learning islands on the quickstart, held-out reward checked on both
     "uv run rl @ configs/quickstart.toml @ configs/diloco.toml":
         "tests/integration/test_rl_diloco.py::test_two_islands_learn_and_sync_every_four_steps",
+    # volunteers: the run with the pool, two honest workers and a cheat joining it
+    "uv run rl @ configs/quickstart.toml @ configs/volunteers.toml":
+        "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
+    "uv run worker --join http://127.0.0.1:8600 --token_file outputs/quickstart/orchestrator/volunteers.token":
+        "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
+    "uv run composer-prime toploc install": "tests/integration/test_toploc_install.py::test_install_is_idempotent_and_finds_the_prebuilt_wheel",
     # a server that runs until stopped: the test starts it and drives it with OpenEnv's own clients
     "uv run --extra openenv composer-prime env serve tool-calc --port 8000 --max-concurrent-envs 8":
         "tests/integration/test_env_serve.py::test_generic_client_gold_answer_scores_1_and_a_wrong_one_0",

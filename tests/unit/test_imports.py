@@ -22,8 +22,9 @@ ORDER: list[tuple[str, ...]] = [
     ("model",),
     ("env_runtime",),  # running environments (the orchestrator and the hub tooling use it)
     ("traces",),  # agent traces: ingest, replay, pairs, datasets (reads tool calls as the environments write them)
+    ("verify",),  # checking an untrusted node's work: TOPLOC proofs, sampling replay (the inference server audits)
     ("inference", "trainer", "orchestrator"),  # the three processes: they meet only through the contract
-    ("hub",),  # `composer-prime env ...`: scaffold, validate, eval, build, publish, install
+    ("hub", "volunteer"),  # `composer-prime env ...` tooling; a volunteer's worker (runs an engine, never a process of ours)
     ("entrypoints",),
 ]
 

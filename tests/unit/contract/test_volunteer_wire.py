@@ -21,7 +21,7 @@ def node_id(key: Ed25519PrivateKey) -> str:
 
 
 def submission(key: Ed25519PrivateKey, n: int = 40) -> Submission:
-    lease = Lease("L1", "reverse-text", [1, 2, 3], {"seed": 7, "temperature": 1.0}, 3, 1e12)
+    lease = Lease("L1", "reverse-text", [1, 2, 3], {"seed": 7, "temperature": 1.0}, 4, 1e12)
     return Submission(node_id(key), lease.lease_id, 4, lease.prompt_sha256, list(range(n)), [-0.5] * n, 7,
                       [PROOF] * -(-n // 32)).signed(key)
 
@@ -55,3 +55,18 @@ def test_malformed_submissions_are_refused_before_any_cost(change, why):
     check_submission(s)
     with pytest.raises(SchemaError, match=why):
         check_submission(dataclasses.replace(s, **change))
+
+
+def test_a_hello_is_bound_to_its_node_route_and_time():
+    from composer_prime.contract.volunteer import hello, hello_valid
+
+    key = Ed25519PrivateKey.generate()
+    h = hello(key, "lease", wait_s=5.0)
+    assert hello_valid(h, "lease") and h["node_id"] == node_id(key)
+    assert not hello_valid(h, "heartbeat")  # another route
+    assert not hello_valid({**h, "wait_s": 6.0}, "lease")  # a changed field
+    assert not hello_valid({**h, "node_id": node_id(Ed25519PrivateKey.generate())}, "lease")  # another node's name
+    stale = hello(key, "lease")
+    stale_time = {**stale, "time": stale["time"] - 120}
+    assert not hello_valid(stale_time, "lease")
+    assert not hello_valid({"route": "lease"}, "lease")  # fields missing: invalid, never an exception

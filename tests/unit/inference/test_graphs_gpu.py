@@ -15,7 +15,7 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.inference.engines.hf.batch import DeviceBatch
 from composer_prime.inference.engines.hf.cache import SlotModel
 from composer_prime.inference.engines.hf.engine import HFEngine
-from composer_prime.inference.engines.hf.sampling import stream_keys, uniforms
+from composer_prime.model.sampling import stream_keys, uniforms
 from composer_prime.inference.engines.hf.scheduler import Request, Scheduler
 from tests.support.hf_batches import BUDGETS, LENGTH, load, run
 

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from composer_prime.inference.engines.hf import sampling
-from composer_prime.inference.engines.hf.sampling import nucleus_mask, sample, stream_keys, uniforms
+from composer_prime.model import sampling
+from composer_prime.model.sampling import nucleus_mask, sample, stream_keys, uniforms
 
 M64 = (1 << 64) - 1
 

@@ -7,7 +7,7 @@ import torch
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.inference.engines.hf.batch import DeviceBatch
-from composer_prime.inference.engines.hf.sampling import sample, stream_keys
+from composer_prime.model.sampling import sample, stream_keys
 from composer_prime.inference.engines.hf.scheduler import Request, Scheduler
 
 VOCAB, LENGTH = 12, 64

@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.inference.engines.hf.sampling import sample, stream_keys
+from composer_prime.model.sampling import sample, stream_keys
 
 
 class StepModel(Protocol):

@@ -131,3 +131,10 @@ class SlotModel:
         """The model's own forward over one sequence (no cache): logits of its last `keep` positions."""
         ids = torch.tensor([token_ids], device=self.device)
         return self.model(input_ids=ids, logits_to_keep=keep).logits[0]
+
+    def states(self, token_ids: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over one sequence (no cache): the last hidden states (the LM head's input) and
+        the logits at positions [start - 1, len - 1), i.e. those predicting token_ids[start:]."""
+        ids = torch.tensor([token_ids[:-1]], device=self.device)
+        hidden = self.decoder(input_ids=ids).last_hidden_state[0, start - 1:]
+        return hidden, self.head(hidden)

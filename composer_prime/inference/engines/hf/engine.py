@@ -4,7 +4,7 @@ vLLM cannot go. Same contract as any engine (engines/base.py).
 The model sits on `inference.device` in `inference.dtype` with a static KV cache (cache.py) and
 is driven by one thread running the continuous batch (scheduler.py): requests join between decode
 steps, finished ones leave, and each samples with its own seed so that a seed reproduces a
-completion whatever else is decoded with it (sampling.py). On CUDA the decode step is replayed as
+completion whatever else is decoded with it (model/sampling.py). On CUDA the decode step is replayed as
 CUDA graphs (graphs.py), compiled first with `graphs = "compile"` (on the CPU: compiled only). That thread is the only one that touches the model: scoring and weight
 swaps are jobs it runs between two steps, a swap only once no request is in flight, so no request
 is decoded by two sets of weights and no score sees half-swapped ones.
@@ -54,6 +54,8 @@ class HFEngine:
         self.device, self.dtype, self.graphs = devices.resolve(device, dtype, graphs)
         self.max_batch = max_batch or (256 if self.device == "cuda" else 64)
         self._thread: threading.Thread | None = None
+        self._side: tuple[str, SlotModel] | None = None  # (step directory, a copy of the model holding it)
+        self._copy_lock = threading.Lock()
 
     async def start(self) -> None:
         await asyncio.to_thread(self.load)
@@ -120,17 +122,47 @@ class HFEngine:
         top = logp.topk(top_k, -1)  # sorted descending
         return Scores(actual.tolist(), top.indices.tolist(), top.values.tolist())
 
+    async def states(self, token_ids: list[int], start: int, weights: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Last hidden states and logits predicting token_ids[start:] (one prefill, returned on the CPU,
+        logits in float32): what a TOPLOC proof commits to, and what a sampling check replays. With
+        `weights` (a step directory), under those weights instead of the served ones: a copy of the
+        model holds them (the last one asked for is kept), through the same prefill code."""
+        check_score_args(token_ids, start, 1, 1.0, self.max_model_len)
+        self._check_ids(token_ids)
+
+        @torch.no_grad()
+        def run(slots: SlotModel) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden, logits = slots.states(token_ids, start)
+            return hidden.cpu(), logits.float().cpu()
+        if weights is None:
+            return await self._call(lambda: run(self.slots))
+        return await asyncio.to_thread(lambda: run(self._copy(weights)))
+
+    def _copy(self, weights: str) -> SlotModel:
+        with self._copy_lock:
+            if self._side is None or self._side[0] != weights:
+                model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype),
+                                                             attn_implementation=ATTENTION)
+                model.load_state_dict(self._read_step(weights), strict=False)  # checked: only a tied head is absent
+                self._side = (weights, SlotModel(model.to(self.device).eval(), 1, self.max_model_len))
+            return self._side[1]
+
     async def load_weights(self, path: str) -> None:
         """Read and check the whole step before touching the model: a bad step changes nothing. The
         tensors are copied into the served ones (same storage: recorded CUDA graphs stay valid)."""
+        state = await asyncio.to_thread(self._read_step, path)
+        await self._call(lambda: self._swap(state), exclusive=True)
+
+    def _read_step(self, path: str) -> dict[str, torch.Tensor]:
+        """A step's tensors, checked against the served model's names and shapes (ValueError if not)."""
         file = Path(path) / "model.safetensors"
-        state = await asyncio.to_thread(load_file, str(file))  # raises on a missing or corrupt file
+        state = load_file(str(file))  # raises on a missing or corrupt file
         own = self.model.state_dict()
         tied = self.model.config.tie_word_embeddings
         missing = set(own) - set(state) - ({"lm_head.weight"} if tied else set())
         if missing or any(state[k].shape != own[k].shape for k in state if k in own) or set(state) - set(own):
             raise ValueError(f"{file}: tensors do not match the served model (missing {sorted(missing)[:3]})")
-        await self._call(lambda: self._swap(state), exclusive=True)
+        return state
 
     @torch.no_grad()
     def _swap(self, state: dict[str, torch.Tensor]) -> None:

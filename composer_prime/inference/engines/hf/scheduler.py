@@ -7,7 +7,7 @@ the requests whose last step finished them (stop token or budget) and closes the
 leave by moving the last live rows into them; admits waiting requests into the free rows once the
 oldest has waited a few milliseconds (their prompts prefilled together, one prefill per distinct
 prompt) and decodes one step for every live row. A request's tokens depend only on its prompt, its parameters and its seed, never on the
-rows around it or on when it joined (sampling.py).
+rows around it or on when it joined (model/sampling.py).
 
 `tick` is one boundary and one step, for tests to drive; `run` is the serving thread's loop.
 Requests and jobs come from other threads (`submit`, `call`); their answers go back through the

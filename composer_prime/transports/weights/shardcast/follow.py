@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 async def follow(servers: list[str], public_key: str, base_model_dir: str, work_dir: Path,
                  current: Callable[[], int], load: Callable[[str, int], Awaitable[None]],
-                 wait_s: float = 30.0) -> None:
+                 wait_s: float = 30.0, keep: int = 1) -> None:
     """Forever: long-poll for a step newer than `current()`, download and verify it, `load` it.
 
     Only the newest step is fetched (an intermediate one would be stale on arrival). A step that
@@ -63,8 +63,8 @@ async def follow(servers: list[str], public_key: str, base_model_dir: str, work_
             log.info(f"loaded step {latest} ({dl.stats['bytes']:,} bytes fetched so far)")
             loaded = latest
             record(loaded)
-            for old in steps_dir.glob("step_*"):  # keep the serving step (vLLM may re-read it) and nothing older
-                if old.name != f"step_{latest}":
-                    shutil.rmtree(old, ignore_errors=True)
+            kept = sorted((int(p.name.split("_")[1]) for p in steps_dir.glob("step_*") if p.name[5:].isdigit()), reverse=True)
+            for old in kept[max(1, keep):]:  # the serving step (vLLM may re-read it) and the newest before it
+                shutil.rmtree(steps_dir / f"step_{old}", ignore_errors=True)
     finally:
         await dl.close()

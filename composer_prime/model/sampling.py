@@ -1,4 +1,6 @@
-"""Batched sampling with per-request seeds, in tensor ops only, so a CUDA graph can hold it.
+"""Batched sampling with per-request seeds, in tensor ops only, so a CUDA graph can hold it: the
+embedded engine's sampler (inference/engines/hf/), and the replay a validator checks a volunteer's
+draws with (verify/sampling.py).
 
 Each row draws by inverse CDF with one uniform number, and that number is a hash (splitmix64)
 of the request's seed and the index of the token being drawn, not a draw from a generator's
@@ -64,16 +66,36 @@ def sample(logits: torch.Tensor, temps: torch.Tensor, top_p: torch.Tensor, keys:
     rows with top_p = 1 are unaffected by it either way. Few passes over the rows x vocabulary
     logits: on a GPU at a large batch they are what this costs.
     """
-    z = logits.float() / temps.clamp(min=1e-5)[:, None]
-    top, best = z.max(-1)
-    probs = (z - top[:, None]).exp()  # unnormalised: the mode at 1
-    total = probs.sum(-1)
-    if use_top_p:  # rows at top_p 1 keep every token: float rounding in the mask cannot touch them
-        probs = probs * (nucleus_mask(probs, top_p) | (top_p >= 1)[:, None])
-    cdf = probs.cumsum(-1, dtype=torch.float64)
+    z, top, best, probs, total, cdf = _cdf(logits, temps, top_p, use_top_p)
     x = uniforms(keys, counters) * cdf[:, -1]
     drawn = torch.searchsorted(cdf, x[:, None], right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
     # float rounding at the very top of the CDF could land past the last allowed token: take the mode then
     drawn = torch.where(probs.gather(-1, drawn[:, None]).squeeze(1) > 0, drawn, best)
     tokens = torch.where(temps <= 1e-5, best, drawn)
     return tokens, z.gather(-1, tokens[:, None]).squeeze(-1) - top - total.log()
+
+
+def _cdf(logits: torch.Tensor, temps: torch.Tensor, top_p: torch.Tensor, use_top_p: bool):
+    """(tempered logits z, their max, its index, unnormalised kept probabilities, their untruncated
+    sum, the kept probabilities' float64 CDF): what a draw reads."""
+    z = logits.float() / temps.clamp(min=1e-5)[:, None]
+    top, best = z.max(-1)
+    probs = (z - top[:, None]).exp()  # unnormalised: the mode at 1
+    total = probs.sum(-1)
+    if use_top_p:  # rows at top_p 1 keep every token: float rounding in the mask cannot touch them
+        probs = probs * (nucleus_mask(probs, top_p) | (top_p >= 1)[:, None])
+    return z, top, best, probs, total, probs.cumsum(-1, dtype=torch.float64)
+
+
+def draw_distance(logits: torch.Tensor, temps: torch.Tensor, top_p: torch.Tensor, keys: torch.Tensor,
+                  counters: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """How far each row's draw u (as `sample` makes it) lies from `tokens`' CDF interval, as a fraction
+    of the row's kept mass: 0 when `sample` over these logits would draw that token. A token drawn
+    on another machine, whose logits differ by float noise, is at most that noise away; a token
+    not drawn by this seed and distribution is usually far (a validator's replay, verify/sampling.py)."""
+    _, _, _, probs, _, cdf = _cdf(logits, temps, top_p, bool((top_p < 1).any()))
+    mass = cdf[:, -1]
+    hi = cdf.gather(-1, tokens[:, None]).squeeze(-1)
+    lo = hi - probs.gather(-1, tokens[:, None]).squeeze(-1).double()
+    x = uniforms(keys, counters) * mass
+    return (torch.clamp(lo - x, min=0) + torch.clamp(x - hi, min=0)) / mass

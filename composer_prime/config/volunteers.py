@@ -1,0 +1,83 @@
+"""`[orchestrator.volunteers]`: untrusted machines that join a run as inference nodes (issue 27).
+
+The orchestrator runs a pool (orchestrator/volunteers.py) that workers (`uv run worker`) join with
+the run's join token; a joined node takes leases (a prompt, sampling parameters and a seed chosen
+by the pool), generates with TOPLOC proofs and submits; the validator (orchestrator/filters/
+volunteers.py) admits a completion only when every check passes. Defaults and their sources:
+
+- heartbeat every 2 s, dead after 3 missed: Prime Intellect's protocol (10 s, 3 missed), scaled
+  to one machine (DESIGN.md, Volunteers);
+- TOPLOC thresholds: calibrated on our models (benchmarks/volunteers.py --result calibration,
+  docs/volunteers.md); the paper's 38 / 10 / 8 let one changed token through on a toy model;
+- log-prob tolerance and replay margin: calibrated the same way;
+- ejected after 2 rejections: one can be bad luck at a threshold, two are a pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from composer_prime.config.base import FieldError, Port, Strict
+
+
+class VolunteersConfig(Strict):
+    """The volunteer pool: join, heartbeats, leases, rate limits, validation thresholds."""
+
+    enabled: bool = Field(False, description="run the pool; workers join with `uv run worker --join URL --token T`")
+    host: str = Field("127.0.0.1", description="the pool's address (beyond loopback: needs `auth.keys_dir`)")
+    port: Port = Field(8600, description="the pool's port")
+    join_token: str | None = Field(None, description="what a worker must present to join; None: made at start and "
+                                                     "written to <output_dir>/orchestrator/volunteers.token")
+    heartbeat_s: float = Field(2.0, gt=0, description="a worker beats this often")
+    dead_after: int = Field(3, ge=1, description="missed heartbeats after which a node is dead (its leases go "
+                                                 "to other nodes)")
+    lease_s: float = Field(60.0, gt=0, description="a lease's deadline: a later submission is discarded and the "
+                                                   "task goes to another node")
+    rate: float = Field(50.0, gt=0, description="requests per second a node may make (token bucket); more: 429")
+    burst: int = Field(100, ge=1, description="the bucket's size")
+    eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
+                                                  "key refused")
+    max_exp_mismatches: int = Field(8, ge=0, description="TOPLOC: exponent mismatches a chunk may have (of 128)")
+    max_mant_mean: float = Field(2.0, ge=0, description="TOPLOC: mean mantissa error a chunk may have")
+    max_mant_median: float = Field(1.0, ge=0, description="TOPLOC: median mantissa error a chunk may have")
+    logprob_tol: float = Field(2e-4, gt=0, description="max |claimed - trusted| sampling log-prob")
+    replay_margin: float = Field(1e-5, ge=0, le=1, description="how far (a fraction of the probability mass) "
+                                                              "a token's CDF interval may lie from its seeded draw")
+    relays: list[str] = Field(default_factory=list, description="SHARDCAST servers workers pull weights from "
+                                                                "(`rl` names the run's); none: the weights "
+                                                                "directory, for workers on this machine")
+    public_key: str = Field("", description="the trainer's ed25519 public key (hex, or its file), with `relays`")
+
+    def chunk_passes(self, chunk: Mapping[str, float]) -> bool:
+        """A TOPLOC chunk's measurements (verify/toploc.py `ChunkCheck`) within the thresholds."""
+        return (chunk["exp_mismatches"] <= self.max_exp_mismatches and chunk["mant_err_mean"] <= self.max_mant_mean
+                and chunk["mant_err_median"] <= self.max_mant_median)
+
+
+class WorkerConfig(Strict):
+    """`uv run worker`: lend this machine to a run as an inference node (volunteer/worker.py)."""
+
+    join: str = Field(min_length=1, description="the run's pool, e.g. http://127.0.0.1:8600")
+    token: str | None = Field(None, description="the run's join token (or `token_file`)")
+    token_file: Path | None = Field(None, description="a file holding the join token")
+    key_path: Path = Field(Path("~/.config/composer-prime/worker.ed25519"), description="this node's ed25519 key "
+                                                                                       "(made on first start, kept: "
+                                                                                       "its public half is the node id)")
+    work_dir: Path = Field(Path("outputs/worker"), description="downloaded weights")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    dtype: str = Field("auto", description="auto (bfloat16 on CUDA, float32 on the CPU), float32 or bfloat16")
+    max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens per sequence")
+    concurrency: int = Field(8, ge=1, description="leases worked on at once (the engine decodes them as one batch)")
+    max_leases: int = Field(0, ge=0, description="stop after this many submissions (0: until the run ends)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkerConfig":
+        if (self.token is None) == (self.token_file is None):
+            raise FieldError("token", "give the join token as `token` or `token_file` (one of them)")
+        return self
+
+    def join_token(self) -> str:
+        return self.token if self.token is not None else self.token_file.expanduser().read_text().strip()

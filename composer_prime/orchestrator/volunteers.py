@@ -1,0 +1,283 @@
+"""The volunteer pool: untrusted workers join the run, beat, take leases, submit (issue 27).
+
+An HTTP server in the orchestrator's event loop (`orchestrator.volunteers`, 127.0.0.1:8600 by
+default; beyond loopback only with `auth.keys_dir`, as every process). Routes, every body signed
+by the node's ed25519 key (contract/volunteer.py):
+
+    POST /pool/join       hello + the run's join token  -> where the weights are, the beat period
+    POST /pool/heartbeat  hello                          -> 200, or 403 once the node is dead or ejected
+    POST /pool/lease      hello                          -> a Lease chosen by the pool, or 204 after `wait_s`
+    POST /pool/submit     Submission                     -> 202 received, 410 late, 403 unknown
+
+A joined node is a node of the client's NodePool (`volunteer:<id>`): when the client picks it,
+`complete` leases it one task per completion (prompt, sampling parameters, seed: the node picks
+nothing) and waits for its submissions; each goes through the validator (filters/volunteers.py)
+before the rollout sees it. A node that misses `dead_after` beats is dead: its leases fail at
+once and their tasks go to other nodes; a submission after its deadline is discarded (410). Each
+node has a token bucket (`rate` per second, `burst`): beyond it, 429. A node rejected
+`eject_after` times is ejected and its key refused from then on (the run's own list).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.config.volunteers import VolunteersConfig
+from composer_prime.contract.volunteer import Lease, Submission, hello_valid
+from composer_prime.orchestrator.pool import NodePool
+
+log = logging.getLogger(__name__)
+PREFIX = "volunteer:"  # a volunteer's name in the NodePool
+
+
+class LeaseLost(RuntimeError):
+    """The node died, was ejected or missed the deadline: the task goes to another node."""
+
+
+class Unverifiable(RuntimeError):
+    """No trusted server holds the weights a submission used: not the node's fault, not used."""
+
+
+@dataclass
+class Member:
+    node_id: str
+    last_beat: float
+    status: str = "healthy"  # healthy | dead | ejected
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    tokens: float = 0.0  # the rate limit's bucket
+    refilled: float = 0.0
+    counts: Counter = field(default_factory=Counter)  # leased, accepted, rejected:<why>, late, limited
+
+
+@dataclass
+class Pending:
+    lease: Lease
+    node_id: str
+    future: asyncio.Future
+
+
+class VolunteerPool:
+    def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str, weights: dict, model: str) -> None:
+        self.cfg, self.nodes, self.token, self.weights, self.model = cfg, nodes, token, weights, model
+        self.members: dict[str, Member] = {}
+        self.ejected: set[str] = set()
+        self.pending: dict[str, Pending] = {}
+        self.refused = Counter()  # requests refused before any node is known: unregistered, bad signature
+        self._tasks: list[asyncio.Task] = []
+        self._server: uvicorn.Server | None = None
+
+    # -- the run's side ---------------------------------------------------------------------
+    async def start(self) -> None:
+        self._server = uvicorn.Server(uvicorn.Config(self.app(), host=self.cfg.host, port=self.cfg.port,
+                                                     log_level="warning"))
+        self._tasks = [asyncio.create_task(self._server.serve()), asyncio.create_task(self._watch())]
+        while not self._server.started:
+            if self._tasks[0].done():  # the port was taken: its exception says so
+                self._tasks[0].result()
+                raise RuntimeError(f"the volunteer pool could not listen on {self.cfg.host}:{self.cfg.port}")
+            await asyncio.sleep(0.05)
+        log.info(f"volunteer pool on http://{self.cfg.host}:{self.cfg.port}")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        for t in self._tasks[1:]:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    async def lease(self, url: str, prompt_ids: list[int], params: SamplingParams, weight_version: int,
+                    env: str = "") -> tuple[Lease, Submission]:
+        """Lease one generation to the node `url` (`volunteer:<id>`) and wait for its submission."""
+        node = url.removeprefix(PREFIX)
+        member = self.members.get(node)
+        if member is None or member.status != "healthy":
+            raise LeaseLost(f"node {node[:12]} is not healthy")
+        lease = Lease(uuid.uuid4().hex, env, list(prompt_ids), params.model_dump(mode="json"), weight_version,
+                      time.time() + self.cfg.lease_s)
+        future = asyncio.get_running_loop().create_future()
+        self.pending[lease.lease_id] = Pending(lease, node, future)
+        member.queue.put_nowait(lease)
+        member.counts["leased"] += 1
+        try:
+            return lease, await asyncio.wait_for(future, self.cfg.lease_s)
+        except asyncio.TimeoutError:
+            member.counts["late"] += 1
+            raise LeaseLost(f"node {node[:12]} missed lease {lease.lease_id[:8]}'s deadline") from None
+        finally:
+            self.pending.pop(lease.lease_id, None)
+
+    def verdict(self, node: str, reason: str) -> None:
+        """The validator's word on one submission ("" accepted); `eject_after` rejections eject."""
+        member = self.members.get(node)
+        if member is None or member.status != "healthy":  # its verdicts after it left count no more
+            return
+        if not reason:
+            member.counts["accepted"] += 1
+            return
+        member.counts[f"rejected:{reason}"] += 1
+        rejected = sum(v for k, v in member.counts.items() if k.startswith("rejected:"))
+        if rejected >= self.cfg.eject_after and member.status != "ejected":
+            log.warning(f"volunteer {node[:12]} ejected after {rejected} rejected submissions (last: {reason})")
+            self.ejected.add(node)
+            self._gone(member, "ejected")
+
+    def count(self, node: str, what: str) -> None:
+        if (member := self.members.get(node)) is not None:
+            member.counts[what] += 1
+
+    def is_member(self, node: str) -> bool:
+        return (m := self.members.get(node)) is not None and m.status == "healthy"
+
+    def metrics(self) -> dict[str, float]:
+        """Per node (by the first 12 hex digits of its id) and in all."""
+        out: dict[str, float] = {"volunteers/healthy": sum(m.status == "healthy" for m in self.members.values()),
+                                 "volunteers/ejected": len(self.ejected)}
+        out |= {f"volunteers/refused/{k}": v for k, v in self.refused.items()}
+        for m in self.members.values():
+            out |= {f"volunteers/{m.node_id[:12]}/{k}": v for k, v in m.counts.items()}
+        return out
+
+    def in_batch(self, nodes: list[list[str]]) -> dict[str, int]:
+        """Rollouts in a batch that a volunteer sampled a turn of (`nodes`: each rollout's), per volunteer."""
+        out = {f"volunteers/{m.node_id[:12]}/in_batch": 0 for m in self.members.values()}
+        for rollout in nodes:
+            for n in {n for n in rollout if n.startswith(PREFIX)}:
+                key = f"volunteers/{n[len(PREFIX):][:12]}/in_batch"
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def _gone(self, member: Member, status: str) -> None:
+        member.status = status
+        self.nodes.leave(PREFIX + member.node_id, status)
+        for lid, p in list(self.pending.items()):
+            if p.node_id == member.node_id and not p.future.done():
+                member.counts["reassigned"] += 1
+                p.future.set_exception(LeaseLost(f"node {member.node_id[:12]} is {status}"))
+
+    async def _watch(self) -> None:
+        """Every beat period: a node silent for `dead_after` periods is dead."""
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_s)
+            now = time.time()
+            for m in list(self.members.values()):
+                if m.status == "healthy" and now - m.last_beat > self.cfg.dead_after * self.cfg.heartbeat_s:
+                    log.warning(f"volunteer {m.node_id[:12]} missed {self.cfg.dead_after} heartbeats: dead, "
+                                f"its leases go to other nodes")
+                    self._gone(m, "dead")
+
+    # -- the nodes' side ----------------------------------------------------------------------
+    def _member(self, body: dict, route: str) -> Member:
+        """The healthy member who signed `body` for `route`, within its rate; else the HTTP error."""
+        node = str(body.get("node_id", ""))
+        member = self.members.get(node)
+        if member is not None:
+            self._limit(member)
+        if not hello_valid(body, route):
+            self.refused["bad_signature"] += 1
+            raise HTTPException(403, "bad or stale signature")
+        if node in self.ejected:
+            self.refused["ejected"] += 1
+            raise HTTPException(403, "this node was ejected from the run")
+        if member is None or member.status != "healthy":
+            self.refused["unregistered"] += 1
+            raise HTTPException(403, "not a member of the pool: join first")
+        return member
+
+    def _limit(self, member: Member) -> None:
+        now = time.time()
+        member.tokens = min(self.cfg.burst, member.tokens + (now - member.refilled) * self.cfg.rate)
+        member.refilled = now
+        if member.tokens < 1:
+            member.counts["limited"] += 1
+            raise HTTPException(429, f"more than {self.cfg.rate:g} requests/s")
+        member.tokens -= 1
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/pool/join")
+        async def join(request: Request) -> dict:
+            body = await request.json()
+            if not hmac.compare_digest(str(body.get("token", "")).encode(), self.token.encode()):
+                self.refused["bad_token"] += 1
+                raise HTTPException(403, "wrong join token")
+            node = str(body.get("node_id", ""))
+            if node in self.ejected:
+                self.refused["ejected"] += 1
+                raise HTTPException(403, "this node was ejected from the run")
+            if not hello_valid(body, "join"):
+                self.refused["bad_signature"] += 1
+                raise HTTPException(403, "bad or stale signature")
+            member = self.members.get(node)
+            if member is None or member.status != "healthy":
+                self.members[node] = member = Member(node, time.time(), tokens=self.cfg.burst, refilled=time.time())
+                self.nodes.join(PREFIX + node)
+                log.info(f"volunteer {node[:12]} joined")
+            member.last_beat = time.time()
+            return {"model": self.model, "weights": self.weights, "heartbeat_s": self.cfg.heartbeat_s}
+
+        @app.post("/pool/heartbeat")
+        async def heartbeat(request: Request) -> dict:
+            member = self._member(await request.json(), "heartbeat")
+            member.last_beat = time.time()
+            return {"status": member.status}
+
+        @app.post("/pool/lease")
+        async def lease(request: Request) -> Response:
+            body = await request.json()
+            member = self._member(body, "lease")
+            member.last_beat = time.time()  # asking for work is a sign of life too
+            wait = min(float(body.get("wait_s", 10.0)), 30.0)
+            try:
+                while True:  # skip leases whose task already went elsewhere
+                    lease = await asyncio.wait_for(member.queue.get(), wait)
+                    if lease.lease_id in self.pending:
+                        return JSONResponse(asdict(lease))
+            except asyncio.TimeoutError:
+                return Response(status_code=204)
+
+        @app.post("/pool/submit")
+        async def submit(request: Request) -> Response:
+            body = await request.json()
+            known = {f: body[f] for f in Submission.__dataclass_fields__ if isinstance(body, dict) and f in body}
+            try:
+                sub = Submission(**known)
+            except TypeError as e:
+                self.refused["malformed"] += 1
+                raise HTTPException(422, f"not a submission: {e}") from None
+            member = self.members.get(sub.node_id)
+            if member is not None:
+                self._limit(member)
+            if not sub.signature_valid():
+                self.refused["bad_signature"] += 1
+                raise HTTPException(403, "bad signature")
+            if member is None or member.status != "healthy":
+                self.refused["ejected" if sub.node_id in self.ejected else "unregistered"] += 1
+                raise HTTPException(403, "not a member of the pool")
+            p = self.pending.get(sub.lease_id)
+            if p is None or p.node_id != sub.node_id or p.future.done():
+                member.counts["late"] += 1
+                raise HTTPException(410, "no such lease in flight for this node (late, or reassigned)")
+            if extra := sorted(set(body) - set(known)):  # a reward, say: a node reports none; its signed submission came with more
+                p.future.set_exception(LeaseLost(f"node {sub.node_id[:12]} sent fields a submission has not: {extra}"))
+                self.verdict(sub.node_id, "malformed")
+                raise HTTPException(422, f"a submission has no {extra}: the run computes rewards itself")
+            p.future.set_result(sub)
+            return Response(status_code=202)
+
+        return app
+

@@ -1,0 +1,75 @@
+"""TOPLOC proofs (Ong et al., arXiv 2501.16007) over a completion's last hidden states.
+
+A node proves which model produced a completion by committing to the hidden states that fed the
+LM head: for every chunk of `CHUNK` (32) completion tokens, the `TOPK` largest |values| of the
+chunk's bf16 states, encoded as a polynomial through (flat index, value) and sent as base64 (2 +
+2·topk bytes). The validator recomputes the states with one prefill of prompt + completion under
+the trusted weights and compares, per chunk, the exponents and mantissas of the committed values:
+
+    exp_mismatches  = #{i in top-k : exponent(trusted_i) != exponent(claimed_i)}
+    mant_err_mean   = mean_i |mantissa(trusted_i) - mantissa(claimed_i)|   (and the median)
+
+A chunk passes when all three are within the run's thresholds (`VolunteersConfig.chunk_passes`,
+calibrated on our models; the paper's are 38 / 10 / 8 at topk 128). The prompt is not proven here (one changed prompt token still passes the
+paper's thresholds on a toy model): the lease binds it by hash (contract/volunteer.py).
+
+toploc 0.1.6 returns null proofs when building fails and applies no threshold; both are handled
+here. Its Python verification path ignores each proof's modulus, so only its C++ path (a 2-D
+tensor, `skip_prefill=True`) is used. toploc is the optional `volunteer` extra.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import torch
+
+from composer_prime.contract.volunteer import CHUNK
+
+TOPK = 128  # values committed per chunk (the paper's and INTELLECT-2's choice)
+
+
+class ProofError(RuntimeError):
+    """Proofs could not be built (toploc fell back to null proofs) or toploc is missing."""
+
+
+def _toploc():
+    try:
+        import toploc
+        from toploc.C.csrc.poly import verify_proofs_base64
+    except ImportError as e:
+        raise ProofError(f"TOPLOC is not installed ({e}): install the `volunteer` extra (README, Volunteers)") from None
+    return toploc, verify_proofs_base64
+
+
+def topk_for(hidden_size: int) -> int:
+    """Top-k that every chunk can supply, a one-token last chunk included."""
+    return min(TOPK, hidden_size)
+
+
+def build(states: torch.Tensor) -> list[str]:
+    """Proofs for completion states [N, H] (one row per generated token), one per CHUNK rows."""
+    toploc, _ = _toploc()
+    k = topk_for(states.shape[-1])
+    rows = list(states.detach().to("cpu", torch.bfloat16).contiguous())
+    proofs = toploc.build_proofs_base64(rows, CHUNK, k, skip_prefill=True)
+    if any(not base64.b64decode(p).strip(b"\0") for p in proofs) or len(proofs) != -(-len(rows) // CHUNK):
+        raise ProofError(f"toploc returned null proofs for {len(rows)} states of width {states.shape[-1]}")
+    return proofs
+
+
+@dataclass(frozen=True)
+class ChunkCheck:
+    exp_mismatches: int
+    mant_err_mean: float
+    mant_err_median: float
+
+
+def measure(states: torch.Tensor, proofs: list[str]) -> list[ChunkCheck]:
+    """Each proof against the trusted states [N, H] of the same completion tokens."""
+    _, verify = _toploc()
+    trusted = states.detach().to("cpu", torch.bfloat16).contiguous()
+    return [ChunkCheck(int(r.exp_mismatches), float(r.mant_err_mean), float(r.mant_err_median))
+            for r in verify(trusted, list(proofs), CHUNK, topk_for(states.shape[-1]))]
+

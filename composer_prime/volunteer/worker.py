@@ -1,0 +1,220 @@
+"""`uv run worker --join URL --token T`: this machine becomes an inference node of a run.
+
+The worker listens on nothing; it only calls the run's pool (orchestrator/volunteers.py):
+
+1. join with the token, signed by its key (volunteer/keys.py): the pool answers the model, where
+   the weights are (the run's SHARDCAST relays, or its weights directory on the same machine) and
+   the heartbeat period; then beat every period (a dead node re-joins; an ejected one stops);
+2. ask for leases (long polls, `concurrency` at once); the pool chooses the tasks and seeds;
+3. hold exactly the leased weight version (pulled and verified through SHARDCAST: signatures
+   and shard hashes, transports/weights/shardcast/), generate with the embedded engine and the
+   leased seed, prefill prompt + completion once for the last hidden states and build TOPLOC
+   proofs over them (verify/toploc.py), sign the submission and send it.
+
+The node never reports a reward. The steps are methods (`generate`, `prove`, `submission`) so a
+test's dishonest worker overrides one of them and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import aiohttp
+
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.config.volunteers import WorkerConfig
+from composer_prime.contract.inference import Generation
+from composer_prime.contract.volunteer import Lease, Submission, hello, node_id
+from composer_prime.inference.engines.hf.engine import HFEngine
+from composer_prime.model.resolve import resolve_model
+from composer_prime.transports.weights.filesystem import MARKER, step_dir
+from composer_prime.verify import toploc
+
+log = logging.getLogger(__name__)
+
+
+class Ejected(RuntimeError):
+    """The run ejected this node (or refused its token): nothing more to do."""
+
+
+class Worker:
+    def __init__(self, cfg: WorkerConfig, key) -> None:
+        self.cfg, self.key, self.node = cfg, key, node_id(key)
+        self.url = cfg.join.rstrip("/")
+        self.version = 0  # the weights the engine holds
+        self.submitted = 0
+        self.engine: HFEngine | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._cond = asyncio.Condition()  # guards `version` and `_users` (leases using the weights)
+        self._users = 0
+
+    async def post(self, route: str, body: dict) -> tuple[int, dict | None]:
+        async with self._http.post(f"{self.url}/pool/{route}", json=body) as r:
+            return r.status, (await r.json() if r.status == 200 else {"detail": await r.text()})
+
+    async def join(self, wait_s: float = 120.0) -> dict:
+        """Join (again); a pool not up yet is waited for `wait_s` (a worker may start with its run)."""
+        deadline = time.time() + wait_s
+        while True:
+            try:
+                status, info = await self.post("join", hello(self.key, "join", token=self.cfg.join_token()))
+                break
+            except aiohttp.ClientConnectionError:
+                if time.time() > deadline:
+                    raise Ejected(f"no pool answers at {self.url} after {wait_s:.0f} s") from None
+                await asyncio.sleep(1.0)
+        if status != 200:
+            raise Ejected(f"the pool at {self.url} refused to let this node join: {status} {info['detail']}")
+        return info
+
+    async def run(self) -> int:
+        """Work until the pool ends (or `max_leases` submissions); returns how many were sent."""
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        try:
+            info = await self.join()
+            log.info(f"joined {self.url} as node {self.node[:12]}")
+            model_dir = resolve_model(info["model"])
+            self.weights, self.model_dir = info["weights"], model_dir
+            self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,
+                                   device=self.cfg.device, dtype=self.cfg.dtype)
+            await self.engine.start()
+            beat = asyncio.create_task(self._beat(float(info["heartbeat_s"])))
+            try:
+                await self._work(beat)
+            finally:
+                beat.cancel()
+                await asyncio.gather(beat, return_exceptions=True)
+                await self.engine.stop()
+        finally:
+            await self._http.close()
+        return self.submitted
+
+    async def _beat(self, period: float) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(period)
+            try:
+                status, body = await self.post("heartbeat", hello(self.key, "heartbeat"))
+                failing = False
+                if status == 403 and "ejected" in body["detail"]:
+                    raise Ejected(f"ejected by the run: {body['detail']}")
+                if status == 403:  # declared dead (a pause, a slow link): join again
+                    await self.join()
+            except aiohttp.ClientError as e:
+                if not failing:  # once per outage, not once per beat
+                    log.warning(f"heartbeat failed: {e!r}")
+                failing = True
+
+    async def _work(self, beat: asyncio.Task) -> None:
+        """`concurrency` lease loops (the engine batches what they generate) until one ends them all."""
+        loops = [asyncio.create_task(self._loop()) for _ in range(self.cfg.concurrency)]
+        try:
+            done, _ = await asyncio.wait([beat, *loops], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # Ejected from the beat or a loop
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while not self.cfg.max_leases or self.submitted < self.cfg.max_leases:
+            try:
+                status, body = await self.post("lease", hello(self.key, "lease", wait_s=5.0))
+            except aiohttp.ClientConnectionError:
+                log.info("the pool is gone: the run has ended")
+                return
+            if status == 204:
+                continue
+            if status == 403 and "ejected" in body["detail"]:
+                raise Ejected(f"ejected by the run: {body['detail']}")
+            if status != 200:
+                await asyncio.sleep(1.0)  # rate-limited, or dead and re-joining
+                continue
+            lease = Lease(**body)
+            try:
+                sub = await self.work(lease)
+            except (OSError, ValueError, RuntimeError) as e:  # weights not fetched in time, a prompt too long ...
+                log.warning(f"lease {lease.lease_id[:8]} not done: {e}")  # it times out and goes to another node
+                continue
+            await self.submit(lease, sub)
+            self.submitted += 1
+
+    async def submit(self, lease: Lease, sub: Submission) -> None:
+        """Send it; over the rate limit, again after a pause, until the lease's deadline."""
+        while True:
+            async with self._http.post(f"{self.url}/pool/submit", json=asdict(sub)) as r:
+                if r.status == 429 and time.time() < lease.deadline:
+                    await asyncio.sleep(0.5)
+                    continue
+                if r.status != 202:
+                    log.warning(f"lease {lease.lease_id[:8]}: submission refused: {r.status} {await r.text()}")
+                return
+
+    async def work(self, lease: Lease) -> Submission:
+        async with self.holding(lease.weight_version, lease.deadline):  # no swap until it is proven
+            gen = await self.generate(lease)
+            return self.submission(lease, gen, await self.prove(lease.prompt_ids, gen.token_ids))
+
+    async def generate(self, lease: Lease) -> Generation:
+        return await self.engine.generate(lease.prompt_ids, SamplingParams(**lease.sampling))
+
+    async def prove(self, prompt_ids: list[int], token_ids: list[int]) -> list[str]:
+        hidden, _ = await self.engine.states(prompt_ids + token_ids, len(prompt_ids))
+        return toploc.build(hidden)
+
+    def submission(self, lease: Lease, gen: Generation, proofs: list[str]) -> Submission:
+        return Submission(self.node, lease.lease_id, self.version, lease.prompt_sha256, gen.token_ids, gen.logprobs,
+                          lease.sampling["seed"], proofs).signed(self.key)
+
+    @contextlib.asynccontextmanager
+    async def holding(self, version: int, deadline: float):
+        """The engine at weights `version` for the block: leases at the held version share it; another
+        version is loaded (forwards, or back to one a slower trusted server still serves) once no
+        lease is using the weights."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.version == version or self._users == 0)
+            if self.version != version:
+                await self.load(version, deadline)
+            self._users += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._users -= 1
+                self._cond.notify_all()
+
+    async def load(self, version: int, deadline: float) -> None:
+        path = await self.fetch(version, deadline)
+        await self.engine.load_weights(str(path))
+        self.version = version
+        log.info(f"holding weights v{version}")
+        if self.weights["type"] != "filesystem":  # our downloads: the newest few (a lease may go back one)
+            steps = sorted(path.parent.glob("step_*"), key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1)
+            for old in steps[:-3]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    async def fetch(self, version: int, deadline: float) -> Path:
+        w = self.weights
+        if w["type"] == "filesystem":  # the run's own directory: this machine is the run's
+            path = step_dir(Path(w["root"]), version)
+            while not (path / MARKER).exists():
+                if time.time() > deadline:
+                    raise TimeoutError(f"weights v{version} did not appear in {w['root']}")
+                await asyncio.sleep(0.2)
+            return path
+        from composer_prime.transports.weights.shardcast.client import Downloader
+        from composer_prime.transports.weights.shardcast.origin import model_hash
+
+        dl = Downloader(w["servers"], w["public_key"], self.cfg.work_dir / "incoming",
+                        expect_model_hash=model_hash(Path(self.model_dir)))
+        try:
+            return await dl.fetch(version, self.cfg.work_dir / "weights" / f"step_{version}")
+        finally:
+            await dl.close()

@@ -1,0 +1,272 @@
+"""Volunteers, red team (issue 27): scripted dishonest workers against the real pool, validator and
+a real trusted inference server (embedded engine, tiny model, at weights v1 loaded from a step
+directory, as a run serves them). Each is rejected for the reason named, and ejected at the
+second rejection; each has a control: the same worker in a pool with that check (and the checks
+after it) loosened passes, so the named check is what stops it. Honest workers pass every check
+and are never ejected."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import shutil
+import sys
+import time
+from dataclasses import asdict
+
+import aiohttp
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from safetensors.torch import load_file, save_file
+
+from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.volunteer import hello
+from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost
+from composer_prime.transports.weights.filesystem import MARKER, step_dir
+from composer_prime.utils.net import free_port
+from composer_prime.volunteer.worker import Ejected, Worker
+from tests.conftest import start_until_ready
+from tests.support import volunteers as V
+
+PROMPT = [(7 * i) % 250 + 3 for i in range(30)]
+ORDER = ["toploc", "logprobs", "sampling"]  # the checks that measure, in the validator's order
+LOOSE = {"toploc": {"max_exp_mismatches": 128, "max_mant_mean": 1e30, "max_mant_median": 1e30},
+         "logprobs": {"logprob_tol": 1e30}, "sampling": {"replay_margin": 1.0}}
+
+
+def loosened(check: str) -> dict:
+    """Volunteer settings with `check` and every later measuring check off."""
+    out: dict = {}
+    for name in ORDER[ORDER.index(check):]:
+        out |= LOOSE[name]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trusted(tiny_model_dir, tmp_path_factory):
+    """(url, weights root): a trusted server at v1, the step a run's trainer would have published."""
+    import torch
+
+    root = tmp_path_factory.mktemp("weights")
+    step = step_dir(root, 1)
+    shutil.copytree(tiny_model_dir, step)
+    state = load_file(step / "model.safetensors")
+    g = torch.Generator().manual_seed(1)
+    save_file({k: v + 0.02 * v.float().std() * torch.randn(v.shape, generator=g) for k, v in state.items()},
+              step / "model.safetensors", metadata={"format": "pt"})
+    (step / MARKER).write_text("{}")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(tiny_model_dir),
+                              "--engine", "hf", "--port", str(port), "--output_dir", str(root.parent / "inference")],
+                             lambda: httpx.get(f"{url}/health").status_code == 200)
+    assert httpx.post(f"{url}/update_weights", json={"path": str(step), "version": 1}).status_code == 200
+    yield url, root
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def run(trusted, tmp_path, body, **volunteers):
+    url, root = trusted
+
+    async def go():
+        async with V.pool_run(url, "tiny", tmp_path / "run", **volunteers) as (client, pool):
+            pool.weights = {"type": "filesystem", "root": str(root)}
+            return await body(client, pool)
+    return asyncio.run(go())
+
+
+def test_honest_workers_pass_every_check_and_stay(trusted, tmp_path):
+    async def body(client, pool):
+        workers = [V.make_worker(Worker, pool, tmp_path, f"honest{i}") for i in range(2)]
+        async with V.working(workers[0]), V.working(workers[1]):
+            verdicts = await asyncio.gather(*(V.lease_once(client, pool, w, PROMPT, seed, 70)
+                                              for w in workers for seed in range(4)))
+        return workers, verdicts, pool
+    workers, verdicts, pool = run(trusted, tmp_path, body)
+    assert [v for _, _, v in verdicts] == [""] * 8
+    assert all(s.weight_version == 1 and len(s.proofs) == 3 for _, s, _ in verdicts)  # pulled v1; 70 tokens: 3 proofs
+    assert {w.node: pool.members[w.node].counts["accepted"] for w in workers} == {w.node: 4 for w in workers}
+    assert not pool.ejected
+
+
+CASES = {  # name: (worker class, attributes, the check that rejects it)
+    "another model": (V.OtherWeights, {"scale": 1.0}, "toploc"),
+    "weights perturbed 1e-2": (V.OtherWeights, {"scale": 1e-2}, "logprobs"),
+    "weights perturbed 1e-3": (V.OtherWeights, {"scale": 1e-3}, "logprobs"),
+    "older weights claimed as new": (V.OldWeights, {}, "toploc"),
+    "tampered tokens": (V.TamperedTokens, {}, "sampling"),
+    "changed prompt token": (V.ChangedPrompt, {}, "logprobs"),
+    "claimed log-probs": (V.WrongLogprobs, {}, "logprobs"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted, tmp_path, case):
+    cls, attrs, check = CASES[case]
+
+    def worker(pool, name):
+        w = V.make_worker(cls, pool, tmp_path, name)
+        for k, v in attrs.items():
+            setattr(w, k, v)
+        return w
+
+    async def cheat(client, pool):
+        w = worker(pool, "cheat")
+        async with V.working(w):
+            first = [await V.lease_once(client, pool, w, PROMPT, seed, 70) for seed in range(2)]
+            with pytest.raises(LeaseLost):  # ejected: no more leases
+                await V.lease_once(client, pool, w, PROMPT, 2, 70)
+            await asyncio.sleep(1.5)  # its next beat hears it
+        return w, [v for _, _, v in first], pool
+
+    async def control(client, pool):
+        w = worker(pool, "control")
+        async with V.working(w):
+            return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2] for seed in range(2)]
+
+    w, verdicts, pool = run(trusted, tmp_path, cheat)
+    assert verdicts == [check, check]
+    assert w.node in pool.ejected and pool.members[w.node].status == "ejected"
+    assert run(trusted, tmp_path, control, **loosened(check)) == ["", ""]
+
+
+def test_an_older_version_or_a_changed_prompt_said_openly_is_rejected_before_any_prefill(trusted, tmp_path):
+    async def body(client, pool):
+        old, moved = V.make_worker(V.ClaimsOldVersion, pool, tmp_path, "old"), V.make_worker(V.ChangedPrompt, pool, tmp_path, "own")
+        moved.own_hash = True
+        audits = []
+        _, validator = client.volunteers
+        real = validator.audit
+        validator.audit = lambda b: audits.append(b) or real(b)
+        async with V.working(old), V.working(moved):
+            out = [(await V.lease_once(client, pool, w, PROMPT, 0, 70))[2] for w in (old, moved)]
+        return out, audits
+    verdicts, audits = run(trusted, tmp_path, body)
+    assert verdicts == ["version", "prompt"] and audits == []  # cheap checks first: no trusted prefill spent
+
+
+PROOF_EDITS = {
+    "truncated": lambda proofs: proofs[:-1],
+    "missing": lambda proofs: [],
+    "null": lambda proofs: [base64.b64encode(bytes(258)).decode()] * len(proofs),
+}
+
+
+@pytest.mark.parametrize("edit", list(PROOF_EDITS))
+def test_truncated_missing_or_null_proofs_are_malformed(trusted, tmp_path, edit):
+    async def body(client, pool):
+        w = V.make_worker(V.Proofs, pool, tmp_path, edit)
+        w.edit = PROOF_EDITS[edit]
+        async with V.working(w):
+            return (await V.lease_once(client, pool, w, PROMPT, 0, 70))[2]
+    assert run(trusted, tmp_path, body) == "malformed"
+
+
+def test_proofs_replayed_from_another_rollout_fail_toploc(trusted, tmp_path):
+    async def body(client, pool):
+        w = V.make_worker(V.Proofs, pool, tmp_path, "replay")
+        kept: list = []
+        w.edit = lambda proofs: kept[0] if kept else kept.append(proofs) or proofs
+        async with V.working(w):
+            return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2] for seed in range(2)]
+    assert run(trusted, tmp_path, body) == ["", "toploc"]  # its own proofs pass; the same ones on the next do not
+
+
+def test_a_reported_reward_is_refused_and_charged(trusted, tmp_path):
+    async def body(client, pool):
+        w = V.make_worker(Worker, pool, tmp_path, "reward")
+        async with V.working(w):
+            real = w._http.post
+            w._http.post = lambda url, json: real(url, json={**json, "reward": 1.0} if url.endswith("/submit") else json)
+            with pytest.raises(LeaseLost, match="reward"):
+                await V.lease_once(client, pool, w, PROMPT, 0, 70)
+            return dict(pool.members[w.node].counts)
+    counts = run(trusted, tmp_path, body)
+    assert counts["rejected:malformed"] == 1 and counts.get("accepted", 0) == 0
+
+
+def test_a_forged_signature_or_an_unregistered_key_is_refused_and_charges_no_one(trusted, tmp_path):
+    async def body(client, pool):
+        victim = V.make_worker(Worker, pool, tmp_path, "victim")
+        async with V.working(victim), aiohttp.ClientSession() as http:
+            lease_task = asyncio.create_task(pool.lease(PREFIX + victim.node, PROMPT, SamplingParams(max_tokens=40, seed=0), 1))
+            lease, sub = await lease_task
+            base = f"http://127.0.0.1:{pool.cfg.port}/pool"
+            async with http.post(f"{base}/submit", json=asdict(V.forged(sub, victim.node))) as r:
+                forged = r.status
+            stranger = Ed25519PrivateKey.generate()
+            async with http.post(f"{base}/lease", json=hello(stranger, "lease")) as r:
+                unregistered = r.status
+            async with http.post(f"{base}/submit", json=asdict(dataclasses.replace(sub, node_id=V.node_of(stranger)).signed(stranger))) as r:
+                unregistered_submit = r.status
+            return forged, unregistered, unregistered_submit, dict(pool.refused), dict(pool.members[victim.node].counts)
+    forged, unregistered, unregistered_submit, refused, victim = run(trusted, tmp_path, body)
+    assert (forged, unregistered, unregistered_submit) == (403, 403, 403)
+    assert refused == {"bad_signature": 1, "unregistered": 2}
+    assert not any(k.startswith("rejected:") for k in victim)
+
+
+def test_a_node_that_stops_beating_mid_lease_is_dead_and_its_task_done_elsewhere(trusted, tmp_path):
+    class Stalls(Worker):
+        stalled = 0.0
+
+        async def generate(self, lease):
+            self.stalled = time.time()  # a machine that froze: no answer, and no more beats
+            await asyncio.sleep(3600)
+
+        async def _beat(self, period):
+            while not self.stalled:
+                await asyncio.sleep(period)
+                await self.post("heartbeat", hello(self.key, "heartbeat"))
+            await asyncio.sleep(3600)
+
+    async def body(client, pool):
+        w = V.make_worker(Stalls, pool, tmp_path, "stalls")
+        async with V.working(w):
+            while client.pool.pick().url != PREFIX + w.node:  # the next pick is the volunteer
+                pass
+            client.pool._turn -= 1
+            c = await client.generate(PROMPT, SamplingParams(max_tokens=20, seed=5))
+            return c, time.time() - w.stalled, pool.members[w.node]
+    c, waited, member = run(trusted, tmp_path, body)
+    assert c.node.startswith("http://") and len(c.token_ids) == 20 and c.verdict == ""  # answered by the trusted server
+    assert member.status == "dead" and member.counts["reassigned"] == 1
+    assert waited < 3 * 0.5 + 1.5  # dead after 3 missed beats of 0.5 s (checked every beat period)
+
+
+def test_a_flood_of_requests_is_rate_limited(trusted, tmp_path):
+    async def body(client, pool):
+        w = V.make_worker(Worker, pool, tmp_path, "flood", concurrency=1)
+        async with V.working(w), aiohttp.ClientSession() as http:
+            statuses = []
+            for _ in range(60):
+                async with http.post(f"http://127.0.0.1:{pool.cfg.port}/pool/heartbeat", json=hello(w.key, "heartbeat")) as r:
+                    statuses.append(r.status)
+            verdict = (await V.lease_once(client, pool, w, PROMPT, 0, 40))[2]  # the bucket refills: it works again
+            return statuses, dict(pool.members[w.node].counts), verdict
+    statuses, counts, verdict = run(trusted, tmp_path, body, rate=5.0, burst=20)
+    assert statuses[:10] == [200] * 10 and statuses.count(429) >= 30  # the burst, then one in 5 per second
+    assert counts["limited"] >= statuses.count(429) and verdict == ""  # the worker's own retries count too
+
+
+def test_an_ejected_worker_stops_and_cannot_join_again(trusted, tmp_path):
+    async def body(client, pool):
+        w = V.make_worker(V.WrongLogprobs, pool, tmp_path, "ejected")
+        task = asyncio.create_task(w.run())
+        while w.engine is None or w.engine._thread is None:
+            await asyncio.sleep(0.05)
+        for seed in range(2):
+            await V.lease_once(client, pool, w, PROMPT, seed, 30)
+        with pytest.raises(Ejected):
+            await asyncio.wait_for(task, 10)
+        again = Worker(w.cfg, w.key)
+        again._http = aiohttp.ClientSession()
+        try:
+            with pytest.raises(Ejected, match="refused"):
+                await again.join()
+        finally:
+            await again._http.close()
+    run(trusted, tmp_path, body, heartbeat_s=0.3)

@@ -1,0 +1,171 @@
+"""A run's volunteer side in one event loop, for the tests and benchmarks/volunteers.py: the real
+pool (orchestrator/volunteers.py) and validator wired into a real InferenceClient by `attach`,
+against a real trusted inference server; real workers (volunteer/worker.py) in the same loop,
+each with its own embedded engine; and the scripted dishonest workers of the red-team suite,
+each a `Worker` with one step overridden."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from composer_prime.config.models import OrchestratorConfig
+from composer_prime.config.volunteers import WorkerConfig
+from composer_prime.contract.volunteer import Submission
+from composer_prime.orchestrator.client import InferenceClient
+from composer_prime.orchestrator.filters.volunteers import attach
+from composer_prime.orchestrator.volunteers import PREFIX
+from composer_prime.utils.net import free_port
+from composer_prime.volunteer.worker import Worker
+
+TOKEN = "join-token-for-tests"
+
+
+@contextlib.asynccontextmanager
+async def pool_run(trusted_url: str, model: str, run_dir: Path, **volunteers):
+    """(client, pool): the pool listening on loopback, the client reading the trusted server."""
+    cfg = OrchestratorConfig(model=model, inference_urls=[trusted_url], output_dir=run_dir,
+                             volunteers={"enabled": True, "port": free_port(), "join_token": TOKEN, "heartbeat_s": 0.5,
+                                         "lease_s": 20.0, **volunteers})
+    client = InferenceClient(cfg.inference_urls, model)
+    pool = attach(cfg, client)
+    await client.versions()
+    await pool.start()
+    try:
+        yield client, pool
+    finally:
+        await pool.stop()
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def working(worker: Worker):
+    """`worker` running (joined, engine loaded) until the block ends."""
+    task = asyncio.create_task(worker.run())
+    try:
+        while worker.engine is None or worker.engine._thread is None:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.05)
+        yield worker
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def worker_config(pool, tmp: Path, name: str, **over) -> WorkerConfig:
+    return WorkerConfig(join=f"http://127.0.0.1:{pool.cfg.port}", token=TOKEN, key_path=tmp / f"{name}.key",
+                        work_dir=tmp / name, device="cpu", dtype="float32", max_model_len=512, **over)
+
+
+def make_worker(cls: type[Worker], pool, tmp: Path, name: str, **over) -> Worker:
+    return cls(worker_config(pool, tmp, name, **over), Ed25519PrivateKey.generate())
+
+
+async def lease_once(client: InferenceClient, pool, worker: Worker, prompt: list[int], seed: int, max_tokens: int = 40):
+    """One lease to `worker`, its submission and the validator's verdict."""
+    from composer_prime.config.sampling import SamplingParams
+
+    lease, sub = await pool.lease(PREFIX + worker.node, prompt, SamplingParams(max_tokens=max_tokens, seed=seed),
+                                  client.served)
+    _, validator = client.volunteers
+    verdict = await validator.check(lease, sub)
+    pool.verdict(sub.node_id, verdict)
+    return lease, sub, verdict
+
+
+# -- the red team: each overrides one step of an honest worker ---------------------------------
+def perturb(engine, scale: float, seed: int = 0) -> None:
+    """Every weight w += scale * std(w) * N(0, 1), in place (relative noise of `scale`)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in engine.model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * p.float().std() * scale)
+
+
+class OtherWeights(Worker):
+    """The right architecture with other weights: `scale` relative noise on whatever it holds (a
+    different model at 1)."""
+
+    scale = 1e-2
+    perturbed = -1  # the version whose weights it last perturbed
+
+    async def generate(self, lease):
+        if self.perturbed != self.version:  # while it holds the weights: no swap can come between
+            self.perturbed = self.version
+            await self.engine._call(lambda: perturb(self.engine, self.scale), exclusive=True)
+        return await super().generate(lease)
+
+
+class OldWeights(Worker):
+    """Never loads new weights but claims the leased version."""
+
+    async def load(self, version, deadline):
+        self.version = version
+
+
+class ClaimsOldVersion(Worker):
+    """Never loads new weights and says so."""
+
+    async def load(self, version, deadline):
+        pass
+
+
+class TamperedTokens(Worker):
+    """Replaces a token mid-completion, proofs and log-probs rebuilt honestly over the result."""
+
+    async def generate(self, lease):
+        gen = await super().generate(lease)
+        ids = list(gen.token_ids)
+        ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 300
+        _, logits = await self.engine.states(lease.prompt_ids + ids, len(lease.prompt_ids))
+        t = lease.sampling.get("temperature", 1.0)
+        lp = torch.log_softmax(logits / t, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1).tolist()
+        return dataclasses.replace(gen, token_ids=ids, logprobs=lp)
+
+
+class ChangedPrompt(Worker):
+    """Generates for another prompt (one token changed); signs the leased prompt's hash, or with
+    `own_hash` its real prompt's."""
+
+    own_hash = False
+
+    async def work(self, lease):
+        other = list(lease.prompt_ids)
+        other[len(other) // 2] = (other[len(other) // 2] + 1) % 300
+        sub = await super().work(dataclasses.replace(lease, prompt_ids=other))
+        return sub if self.own_hash else dataclasses.replace(sub, prompt_sha256=lease.prompt_sha256).signed(self.key)
+
+
+class Proofs(Worker):
+    """Sends `edit(proofs)` instead of its proofs: truncated, missing, null or another rollout's."""
+
+    edit = staticmethod(lambda proofs: proofs)
+
+    def submission(self, lease, gen, proofs):
+        return super().submission(lease, gen, self.edit(proofs))
+
+
+class WrongLogprobs(Worker):
+    """Claims log-probs its sampler did not have."""
+
+    def submission(self, lease, gen, proofs):
+        return super().submission(lease, dataclasses.replace(gen, logprobs=[-0.05] * len(gen.token_ids)), proofs)
+
+
+def forged(sub: Submission, victim: str) -> Submission:
+    """A submission in `victim`'s name, signed with another key."""
+    return dataclasses.replace(sub, node_id=victim).signed(Ed25519PrivateKey.generate())
+
+
+
+def node_of(key: Ed25519PrivateKey) -> str:
+    from composer_prime.contract.volunteer import node_id
+
+    return node_id(key)
