@@ -66,8 +66,8 @@ def rl(config: list[str], model: Path, out: Path, seed: int, steps: int, flags: 
 
 
 @contextmanager
-def serving(models: dict[str, Path], work: Path):
-    """Each model behind its own `uv run inference` (engine hf); yields name -> base URL."""
+def serving(models: dict[str, Path], work: Path, args: tuple[str, ...] = ()):
+    """Each model behind its own `uv run inference` (engine hf, and `args`); yields name -> base URL."""
     procs, urls = [], {}
     try:
         for name, path in models.items():
@@ -75,7 +75,8 @@ def serving(models: dict[str, Path], work: Path):
             urls[name] = f"http://127.0.0.1:{port}"
             log = (work / f"serve-{name}.log").open("w")
             procs.append(subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(path),
-                                           "--engine", "hf", "--port", str(port), "--output_dir", str(work / f"serve-{name}")],
+                                           "--engine", "hf", "--port", str(port), "--output_dir", str(work / f"serve-{name}"),
+                                           *args],
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(signal.SIGTERM)))
         deadline = time.time() + 300
         for (name, url), proc in zip(urls.items(), procs):

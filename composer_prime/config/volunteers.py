@@ -23,6 +23,33 @@ from pydantic import Field, model_validator
 from composer_prime.config.base import FieldError, Port, Strict
 
 
+class Thresholds(Strict):
+    """What a submission may differ by from the trusted prefill (calibrated per dtype, above)."""
+
+    max_exp_mismatches: int = Field(ge=0, description="TOPLOC: exponent mismatches a chunk may have (of 128)")
+    max_mant_mean: float = Field(ge=0, description="TOPLOC: mean mantissa error a chunk may have")
+    max_mant_median: float = Field(ge=0, description="TOPLOC: median mantissa error a chunk may have")
+    logprob_tol: float = Field(gt=0, description="max |claimed - trusted| sampling log-prob")
+    replay_margin: float = Field(ge=0, le=1, description="how far (a fraction of the probability mass) a token's "
+                                                          "CDF interval may lie from its seeded draw")
+
+    def chunk_passes(self, chunk: Mapping[str, float]) -> bool:
+        """A TOPLOC chunk's measurements (verify/toploc.py `ChunkCheck`) within the thresholds."""
+        return (chunk["exp_mismatches"] <= self.max_exp_mismatches and chunk["mant_err_mean"] <= self.max_mant_mean
+                and chunk["mant_err_median"] <= self.max_mant_median)
+
+
+# benchmarks/volunteers.py --result calibration, 2026-11-25 (docs/volunteers.md): honest workers on this machine
+# kind, the trusted server and the worker in the same dtype. TOPLOC compares two prefills: 0 mismatches in both
+# dtypes; the sampler's log-probs and draws come from decoding, which bfloat16 rounds apart from a prefill.
+CALIBRATED: dict[str, dict] = {
+    "float32": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0, "logprob_tol": 2e-4,
+                "replay_margin": 1e-5},
+    "bfloat16": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0, "logprob_tol": 0.1,
+                 "replay_margin": 0.02},
+}
+
+
 class VolunteersConfig(Strict):
     """The volunteer pool: join, heartbeats, leases, rate limits, validation thresholds."""
 
@@ -40,21 +67,30 @@ class VolunteersConfig(Strict):
     burst: int = Field(100, ge=1, description="the bucket's size")
     eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
                                                   "key refused")
-    max_exp_mismatches: int = Field(8, ge=0, description="TOPLOC: exponent mismatches a chunk may have (of 128)")
-    max_mant_mean: float = Field(2.0, ge=0, description="TOPLOC: mean mantissa error a chunk may have")
-    max_mant_median: float = Field(1.0, ge=0, description="TOPLOC: median mantissa error a chunk may have")
-    logprob_tol: float = Field(2e-4, gt=0, description="max |claimed - trusted| sampling log-prob")
-    replay_margin: float = Field(1e-5, ge=0, le=1, description="how far (a fraction of the probability mass) "
-                                                              "a token's CDF interval may lie from its seeded draw")
+    thresholds: dict[str, Thresholds] = Field(default_factory=lambda: {d: Thresholds(**t) for d, t in CALIBRATED.items()},
+                                              description="the validator's thresholds per dtype of the trusted "
+                                                          "server (float32, bfloat16); a key given replaces that "
+                                                          "one value of the calibrated set")
     relays: list[str] = Field(default_factory=list, description="SHARDCAST servers workers pull weights from "
                                                                 "(`rl` names the run's); none: the weights "
                                                                 "directory, for workers on this machine")
     public_key: str = Field("", description="the trainer's ed25519 public key (hex, or its file), with `relays`")
 
-    def chunk_passes(self, chunk: Mapping[str, float]) -> bool:
-        """A TOPLOC chunk's measurements (verify/toploc.py `ChunkCheck`) within the thresholds."""
-        return (chunk["exp_mismatches"] <= self.max_exp_mismatches and chunk["mant_err_mean"] <= self.max_mant_mean
-                and chunk["mant_err_median"] <= self.max_mant_median)
+    @model_validator(mode="before")
+    @classmethod
+    def _over_calibrated(cls, data: object) -> object:
+        """The thresholds a config gives, each over the calibrated value it replaces."""
+        if isinstance(data, dict) and isinstance(data.get("thresholds"), dict):
+            given = data["thresholds"]
+            data = {**data, "thresholds": {d: {**CALIBRATED.get(d, {}), **(t if isinstance(t, dict) else {})}
+                                           for d, t in {**dict.fromkeys(CALIBRATED), **given}.items()}}
+        return data
+
+    def for_dtype(self, dtype: str | None) -> Thresholds:
+        """The thresholds for a trusted server computing in `dtype` (a 16-bit float: bfloat16's)."""
+        if dtype in self.thresholds:
+            return self.thresholds[dtype]
+        return self.thresholds["bfloat16" if dtype and "16" in dtype else "float32"]
 
 
 class WorkerConfig(Strict):
@@ -68,7 +104,8 @@ class WorkerConfig(Strict):
                                                                                        "its public half is the node id)")
     work_dir: Path = Field(Path("outputs/worker"), description="downloaded weights")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto (bfloat16 on CUDA, float32 on the CPU), float32 or bfloat16")
+    dtype: str = Field("auto", description="auto (the run's trusted servers' dtype: the validator's thresholds are "
+                                           "calibrated for a worker computing in it), float32 or bfloat16")
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens per sequence")
     concurrency: int = Field(8, ge=1, description="leases worked on at once (the engine decodes them as one batch)")
     max_leases: int = Field(0, ge=0, description="stop after this many submissions (0: until the run ends)")

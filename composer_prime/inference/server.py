@@ -130,7 +130,8 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": state.engine.model_name, "weight_version": state.version,
+        return {"status": "ok", "model": state.engine.model_name, "dtype": getattr(state.engine, "dtype", None),
+                "weight_version": state.version,
                 "weights_path": state.weights_path, **state.stats}
 
     @app.get("/v1/models")
@@ -208,7 +209,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
         except (RuntimeError, ValueError) as e:  # toploc missing, or proofs it cannot parse
             raise HTTPException(status_code=422, detail=f"proofs not measurable: {e}") from None
         checked = sampling.check(logits, req.token_ids[req.prompt_len:], req.logprobs, req.sampling_params, req.seed)
-        return {"weight_version": req.weight_version, "chunks": [dataclasses.asdict(c) for c in chunks],
+        return {"weight_version": req.weight_version, "dtype": state.engine.dtype, "chunks": [dataclasses.asdict(c) for c in chunks],
                 **dataclasses.asdict(checked)}
 
     def openai_response(kind: str, gen, body: dict) -> JSONResponse:

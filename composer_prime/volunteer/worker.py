@@ -79,18 +79,20 @@ class Worker:
         try:
             info = await self.join()
             log.info(f"joined {self.url} as node {self.node[:12]}")
-            model_dir = resolve_model(info["model"])
-            self.weights, self.model_dir = info["weights"], model_dir
-            self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,
-                                   device=self.cfg.device, dtype=self.cfg.dtype)
-            await self.engine.start()
-            beat = asyncio.create_task(self._beat(float(info["heartbeat_s"])))
+            beat = asyncio.create_task(self._beat(float(info["heartbeat_s"])))  # beating while the model loads
             try:
+                model_dir = await asyncio.to_thread(resolve_model, info["model"])  # may convert it, once
+                self.weights, self.model_dir = info["weights"], model_dir
+                dtype = self.cfg.dtype if self.cfg.dtype != "auto" else info.get("dtype") or "auto"  # the run's, by default
+                self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,
+                                       device=self.cfg.device, dtype=dtype)
+                await self.engine.start()
                 await self._work(beat)
             finally:
                 beat.cancel()
                 await asyncio.gather(beat, return_exceptions=True)
-                await self.engine.stop()
+                if self.engine is not None:
+                    await self.engine.stop()
         finally:
             await self._http.close()
         return self.submitted

@@ -19,7 +19,7 @@ from tests.conftest import free_port
 from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 
 OUT = {"rl": "--output_dir", "inference": "--output_dir", "orchestrator": "--output_dir", "trainer": "--output_dir",
-       "sft": "--output_dir", "relay": "--data_dir"}
+       "sft": "--output_dir", "relay": "--data_dir", "worker": "--work_dir"}
 RELAY = ["--upstream", "http://127.0.0.1:1", "--public_key", "ab"]
 SFT = ["--data", "{jsonl}"]
 ROWS = [
@@ -79,6 +79,15 @@ ROWS = [
     ("relay", [*RELAY, "--poll_wait_s", "0", "--dry-run"], "poll_wait_s: Input should be greater than 0"),
     ("relay", [*RELAY, "--data_dir", "{file}/relay", "--dry-run"], "data_dir: {file} is not a directory"),
     ("relay", [*RELAY, "--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
+    ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--inference.engine", "vllm", "--dry-run"],
+     "orchestrator.volunteers needs inference.engine = \"hf\": the validator's prefill reads the last hidden states, "
+     "which vLLM does not expose (command line)"),
+    ("worker", ["--join", "http://127.0.0.1:{closed}", "--token", "t", "--dry-run"],
+     "join: nothing answers at 127.0.0.1:{closed} (Connection refused); start it first (command line)"),
+    ("worker", ["--join", "http://127.0.0.1:1", "--dry-run"],
+     "token: give the join token as `token` or `token_file` (one of them)"),
+    ("worker", ["--join", "http://127.0.0.1:1", "--token", "t", "--concurrency", "0", "--dry-run"],
+     "concurrency: Input should be greater than or equal to 1"),
     ("sft", ["--data", "{tmp}/missing.jsonl", "--dry-run"], "data: file not found: {tmp}/missing.jsonl"),
     ("sft", ["--data", "{dir}", "--dry-run"], "data: {dir} is a directory but not a saved dataset (no dataset_info.json)"),
     ("sft", [*SFT, "--batch_size", "0", "--dry-run"], "batch_size: Input should be greater than or equal to 1"),

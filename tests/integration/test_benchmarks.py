@@ -61,9 +61,15 @@ SMALLEST = {
                                      "--orchestrator.batch_size 32"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
+    # the tiny model in float32: 2 honest leases and 1 per cheat; one repeat of the costs; one worker, one batch of 8
+    "volunteers:calibration": lambda: ["--result", "calibration", "--models", "tiny", "--dtypes", "float32", "--honest", "2",
+                                       "--cheats", "1"],
+    "volunteers:overhead": lambda: ["--result", "overhead", "--models", "tiny", "--repeats", "1"],
+    "volunteers:throughput": lambda: ["--result", "throughput", "--workers", "1", "--steps", "1", "--batch", "8",
+                                      "--repeats", "1"],
 }
 SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv",
-           "diloco"}  # take --work
+           "diloco", "volunteers"}  # take --work
 # per benchmark: the counts its outer loops reach at those settings, read from their last progress lines on stderr
 PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3, 3)},  # 3 systems timed once
             "openenv": {"openenv": (2, 2)},  # 2 systems, one repeat
@@ -72,7 +78,9 @@ PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3,
             "feature_deletion": {"build": (1, 1), "sandbox checks": (1, 1)},
             "real_model": {"decode": (12, 12)},  # 2 batches x (a warm-up + 1 repeat) x 3 systems
             "real_model:breakdown": {"breakdown": (2, 2)},  # one engine, as shipped and synchronous
-            "real_model:learning": {"learning": (1, 1)}}  # one seed
+            "real_model:learning": {"learning": (1, 1)},  # one seed
+            "volunteers:calibration": {"calibration": (8, 8)},  # the honest worker and 7 cheats
+            "volunteers:overhead": {"overhead": (1, 1)}, "volunteers:throughput": {"throughput": (2, 2)}}
 
 
 def sources_file(*sources: Path) -> Path:
@@ -239,6 +247,37 @@ def test_openenv(tmp_path):
     local, served = runs["in-process"]["rollouts_per_s"], runs["openenv"]["rollouts_per_s"]
     assert out["slowdown"]["runs"] == [round(1 - served / local, 3)]
     assert out["target_met"] == (out["slowdown"]["median"] <= 0.1) and set(out) >= {"machine", "date", "commit"}
+
+
+def test_volunteers_calibration(tmp_path):
+    out = run("volunteers:calibration", tmp_path)["calibration"]
+    [(key, s)] = out["sets"].items()
+    assert key == "tiny float32" and out["thresholds"]["float32"]["logprob_tol"] == 2e-4
+    h = s["honest"]
+    assert (h["n"], h["false_rejects"], h["verdicts"]) == (2, 0, {"": 2})  # the same machine, the same dtype: exact
+    assert (h["max"]["exp_mismatches"], h["max"]["max_draw_distance"]) == (0, 0.0) and h["max"]["logprob_max_err"] < 1e-5
+    assert sorted(s["cheats"]) == sorted(["another model", "weights 1e-2", "weights 1e-3", "tampered token",
+                                          "changed prompt token", "claimed log-probs", "replayed proofs"])
+    assert all(c["n"] == 1 and c["false_accepts"] == 0 and "" not in c["verdicts"] for c in s["cheats"].values())
+    assert s["cheats"]["another model"]["verdicts"] == {"toploc": 1} and s["cheats"]["tampered token"]["verdicts"] == {"sampling": 1}
+
+
+def test_volunteers_overhead(tmp_path):
+    out = run("volunteers:overhead", tmp_path)["overhead"]["models"]["tiny"]
+    [r] = out["runs"]
+    assert r["tokens"] > 0 and r["gen_s"] > 0 and 0 < r["build_frac"] < r["prove_frac"] and r["audit_frac"] > 0
+    assert out["proof_bytes_per_32_tokens"] == [258]  # 2 + 2 x 128, the tiny model's width being 128
+    assert out["build_frac"]["runs"] == [round(r["build_frac"], 4)]
+
+
+def test_volunteers_throughput(tmp_path):
+    out = run("volunteers:throughput", tmp_path)["throughput"]
+    assert list(out["summary"]) == ["trusted alone", "trusted + 1 volunteers"]
+    runs = [r for r in out["runs"] if "system" in r]
+    assert [(r["system"], r["rollouts"]) for r in runs] == [("trusted alone", 8), ("trusted + 1 volunteers", 8)]
+    [pool] = [r["pool"] for r in out["runs"] if "pool" in r]
+    assert pool["volunteers/healthy"] == 1 and pool["volunteers/ejected"] == 0
+    assert sum(v for k, v in pool.items() if k.endswith("/accepted")) > 0  # the volunteer did answer some
 
 
 def test_diloco(tmp_path):

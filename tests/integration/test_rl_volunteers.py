@@ -34,7 +34,7 @@ def test_rl_with_two_volunteers_and_a_cheat(tmp_path):
 
     def flags(name: str) -> list[str]:
         return ["--join", f"http://127.0.0.1:{pool_port}", "--token_file", str(token), "--key_path", str(tmp_path / f"{name}.key"),
-                "--work_dir", str(tmp_path / name), "--device", "cpu", "--dtype", "float32", "--concurrency", "4"]
+                "--work_dir", str(tmp_path / name), "--device", "cpu", "--concurrency", "4"]  # dtype: the run's
     workers = {name: subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.worker", *flags(name)], cwd=ROOT,
                                       stderr=subprocess.PIPE, text=True) for name in ("honest0", "honest1")}
     workers["cheat"] = subprocess.Popen([sys.executable, "-m", "tests.support.dishonest_worker", "OtherWeights", *flags("cheat")],

@@ -37,11 +37,11 @@ LOOSE = {"toploc": {"max_exp_mismatches": 128, "max_mant_mean": 1e30, "max_mant_
 
 
 def loosened(check: str) -> dict:
-    """Volunteer settings with `check` and every later measuring check off."""
+    """Volunteer settings with `check` and every later measuring check off (the trusted server is float32)."""
     out: dict = {}
     for name in ORDER[ORDER.index(check):]:
         out |= LOOSE[name]
-    return out
+    return {"thresholds": {"float32": out}}
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +270,21 @@ def test_an_ejected_worker_stops_and_cannot_join_again(trusted, tmp_path):
         finally:
             await again._http.close()
     run(trusted, tmp_path, body, heartbeat_s=0.3)
+
+
+def test_a_wrong_token_or_a_broken_key_is_one_line_exit_2(trusted, tmp_path):
+    from tests.support.bad_input import run_bad_input
+
+    (tmp_path / "broken.key").write_text("not a key")
+
+    async def body(client, pool):
+        join = ["--join", f"http://127.0.0.1:{pool.cfg.port}", "--work_dir", str(tmp_path / "w"), "--device", "cpu"]
+        await asyncio.to_thread(run_bad_input, "composer_prime.entrypoints.worker",
+                                [*join, "--token", "wrong", "--key_path", str(tmp_path / "k")],
+                                "error: the pool at http://127.0.0.1:{} refused to let this node join: 403".format(pool.cfg.port))
+        await asyncio.to_thread(run_bad_input, "composer_prime.entrypoints.worker",
+                                [*join, "--token", V.TOKEN, "--key_path", str(tmp_path / "broken.key")],
+                                f"error: {tmp_path / 'broken.key'} is not an ed25519 key (64 hex digits): move it away to make a new one")
+        return dict(pool.refused), pool.members
+    refused, members = run(trusted, tmp_path, body)
+    assert refused == {"bad_token": 1} and members == {}  # nobody joined

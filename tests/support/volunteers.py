@@ -60,8 +60,8 @@ async def working(worker: Worker):
 
 
 def worker_config(pool, tmp: Path, name: str, **over) -> WorkerConfig:
-    return WorkerConfig(join=f"http://127.0.0.1:{pool.cfg.port}", token=TOKEN, key_path=tmp / f"{name}.key",
-                        work_dir=tmp / name, device="cpu", dtype="float32", max_model_len=512, **over)
+    return WorkerConfig(**{"join": f"http://127.0.0.1:{pool.cfg.port}", "token": TOKEN, "key_path": tmp / f"{name}.key",
+                           "work_dir": tmp / name, "device": "cpu", "dtype": "float32", "max_model_len": 512, **over})
 
 
 def make_worker(cls: type[Worker], pool, tmp: Path, name: str, **over) -> Worker:

@@ -78,7 +78,7 @@ class Validator:
             raise Unverifiable(f"no trusted server serves v{s.weight_version} any more")
         if "error" in m:  # the server could not measure it: ids outside the vocabulary, unreadable proofs
             return "malformed"
-        c = self.cfg
+        c = self.cfg.for_dtype(m.get("dtype"))
         if not all(c.chunk_passes(x) for x in m["chunks"]):
             return "toploc"
         if m["logprob_max_err"] > c.logprob_tol:
@@ -107,7 +107,7 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
         log.info(f"volunteers join with: uv run worker --join http://{v.host}:{v.port} --token-file {path}")
     weights = ({"type": "shardcast", "servers": v.relays, "public_key": auth.public_key(v.public_key)} if v.relays
                else {"type": "filesystem", "root": str(Path(cfg.output_dir).resolve() / "weights")})
-    pool = VolunteerPool(v, client.pool, token, weights, cfg.model)
+    pool = VolunteerPool(v, client.pool, token, weights, cfg.model, lambda: client.dtype)
     client.volunteers = (pool, Validator(v, pool.is_member, client.audit))
     return pool
 

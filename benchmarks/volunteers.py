@@ -1,0 +1,330 @@
+"""Volunteers (issue 27): the validator's calibration, what proofs and validation cost, and
+rollouts/s with volunteer workers against trusted inference alone.
+
+    uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
+        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8]
+    uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
+    uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 3]
+    (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
+
+calibration: per model and dtype, a trusted server (embedded engine) and the real pool and
+validator (tests/support/volunteers.py, as the tests wire them); an honest worker answers
+`--honest` leases (chat prompts, 64 tokens at temperature 1, 8 in flight so its engine batches
+them) and each red-team cheat `--cheats`. Every audit's raw measurements are kept; the verdicts
+are the validator's at the config's default thresholds. The result: the
+honest maxima (what the thresholds must clear), false rejects, and per cheat its verdicts and
+false accepts (targets: no false accept, at most 1% false rejects).
+
+overhead: per model (float32), 8 completions generated as one batch by the embedded engine, then
+for each the prefill of its last hidden states and the TOPLOC proofs built from them, and its
+audit on a trusted server; medians and ranges over `--repeats`: proof building (build alone, and
+with its prefill) and validation as fractions of generation time (target: building at most 2%),
+proof bytes per 32 tokens.
+
+throughput: the quickstart's environment and tiny model, the orchestrator's own `collect` and
+`build` on one trusted server alone, and on the same server with the pool and `--workers` `uv
+run worker` processes joined, batch by batch in turns; rollouts/s per system, median and range
+over `--repeats` of `--steps` batches.
+
+Each prints a table and merges its result into <results>/volunteers.json, stamped with the
+machine, date and commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from openenv import stamp  # noqa: E402
+from replay_ab import ROOT, serving  # noqa: E402
+from support.spread import spread  # noqa: E402
+
+from composer_prime.config.sampling import SamplingParams  # noqa: E402
+from composer_prime.config.volunteers import VolunteersConfig  # noqa: E402
+from composer_prime.model.resolve import resolve_model  # noqa: E402
+from composer_prime.utils.logs import setup  # noqa: E402
+from composer_prime.utils.proc import die_with_parent  # noqa: E402
+from composer_prime.utils.progress import Progress  # noqa: E402
+from composer_prime.volunteer.worker import Worker  # noqa: E402
+from tests.support import volunteers as V  # noqa: E402
+
+CHEATS = {  # name: (class, attributes)
+    "another model": (V.OtherWeights, {"scale": 1.0}),
+    "weights 1e-2": (V.OtherWeights, {"scale": 1e-2}),
+    "weights 1e-3": (V.OtherWeights, {"scale": 1e-3}),
+    "tampered token": (V.TamperedTokens, {}),
+    "changed prompt token": (V.ChangedPrompt, {}),
+    "claimed log-probs": (V.WrongLogprobs, {}),
+    "replayed proofs": (V.Proofs, {"edit": None}),
+}
+SENTENCES = ["the quick brown fox jumps over the lazy dog", "a journey of a thousand miles begins with one step",
+             "all that glitters is not gold", "to be or not to be, that is the question",
+             "the early bird catches the worm", "time flies like an arrow; fruit flies like a banana",
+             "practice makes perfect", "where there is smoke there is fire"]
+
+
+def prompts(model: str, n: int) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    from composer_prime.utils.chat import encode_chat
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(model))
+    return [encode_chat(tok, [{"role": "user", "content": f"Repeat this back, then reverse it ({i}): "
+                                                        f"{SENTENCES[i % len(SENTENCES)]}"}]) for i in range(n)]
+
+
+def raw(m: dict) -> dict:
+    """One audit's measurements, each the worst over the completion's chunks."""
+    return {"exp_mismatches": max(c["exp_mismatches"] for c in m["chunks"]),
+            "mant_err_mean": max(c["mant_err_mean"] for c in m["chunks"]),
+            "mant_err_median": max(c["mant_err_median"] for c in m["chunks"]),
+            "logprob_max_err": m["logprob_max_err"], "max_draw_distance": m["max_draw_distance"]}
+
+
+async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int, audits: list) -> list[tuple[str, dict]]:
+    """(verdict, raw measurements or {}) per prompt, 8 leases in flight at once."""
+    out, sem = [], asyncio.Semaphore(8)
+
+    async def one(i: int, p: list[int]):
+        async with sem:
+            before = len(audits)
+            _, _, verdict = await V.lease_once(client, pool, worker, p, seed0 + i, 64)
+            return verdict, (raw(audits[before]) if len(audits) > before and "chunks" in audits[before] else {})
+    out = await asyncio.gather(*(one(i, p) for i, p in enumerate(ps)))
+    return list(out)
+
+
+def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    ps = prompts(model, max(honest, cheats))
+    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", dtype, "--device", "cpu")) as urls:
+        async def go() -> dict:
+            async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9) as (client, pool):
+                _, validator = client.volunteers
+                audits: list = []
+                real = validator.audit
+
+                async def spy(body):
+                    m = await real(body)
+                    audits.append(m or {})
+                    return m
+                validator.audit = spy
+                out = {}
+                for name, (cls, attrs) in {"honest": (Worker, {}), **CHEATS}.items():
+                    w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype=dtype, max_model_len=1024)
+                    for k, v in attrs.items():
+                        setattr(w, k, v)
+                    async with V.working(w):
+                        if name == "replayed proofs":  # another rollout's proofs, as many as each answer needs
+                            kept: list = []
+                            w.edit = lambda proofs: kept.append(proofs) or proofs
+                            await V.lease_once(client, pool, w, ps[-1], 10**6, 64)
+                            w.edit = lambda proofs: (kept[0] * len(proofs))[:len(proofs)]
+                        n = honest if name == "honest" else cheats
+                        out[name] = await answers(client, pool, w, ps[:n], 1000 * len(out), audits)
+                    progress.advance(1, note=f"{model} {dtype} {name}: {dict(Counter(v or 'passed' for v, _ in out[name]))}")
+                return out
+        return asyncio.run(go())
+
+
+def summarise(got: dict) -> dict:
+    fields = ("exp_mismatches", "mant_err_mean", "mant_err_median", "logprob_max_err", "max_draw_distance")
+    honest = [m for _, m in got["honest"] if m]
+    return {"honest": {"n": len(got["honest"]), "false_rejects": sum(v != "" for v, _ in got["honest"]),
+                       "verdicts": dict(Counter(v for v, _ in got["honest"])),
+                       "max": {f: max((m[f] for m in honest), default=None) for f in fields}},
+            "cheats": {name: {"n": len(rows), "false_accepts": sum(v == "" for v, _ in rows),
+                              "verdicts": dict(Counter(v for v, _ in rows)),
+                              "min": {f: min((m[f] for _, m in rows if m), default=None) for f in fields}}
+                       for name, rows in got.items() if name != "honest"}}
+
+
+async def overhead_once(engine, trusted: str, ps: list[list[int]], seed: int) -> dict:
+    import aiohttp
+
+    from composer_prime.verify import toploc
+
+    t = time.perf_counter()
+    gens = await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=64, seed=seed + i)) for i, p in enumerate(ps)))
+    gen_s = time.perf_counter() - t
+    prefill_s = build_s = audit_s = 0.0
+    sizes = []
+    async with aiohttp.ClientSession() as http:
+        for p, g in zip(ps, gens):
+            t = time.perf_counter()
+            hidden, _ = await engine.states(p + g.token_ids, len(p))
+            prefill_s += time.perf_counter() - t
+            t = time.perf_counter()
+            proofs = toploc.build(hidden)
+            build_s += time.perf_counter() - t
+            sizes += [len(__import__("base64").b64decode(x)) for x in proofs]
+            t = time.perf_counter()
+            body = {"weight_version": 0, "token_ids": p + g.token_ids, "prompt_len": len(p), "proofs": proofs,
+                    "logprobs": g.logprobs, "seed": seed, "sampling_params": {"max_tokens": 64}}
+            async with http.post(f"{trusted}/inference/v1/audit", json=body) as r:
+                r.raise_for_status()
+            audit_s += time.perf_counter() - t
+    return {"gen_s": gen_s, "build_frac": build_s / gen_s, "prove_frac": (build_s + prefill_s) / gen_s,
+            "audit_frac": audit_s / gen_s, "tokens": sum(len(g.token_ids) for g in gens), "proof_bytes": sizes}
+
+
+def overhead(model: str, repeats: int, work: Path, progress: Progress) -> dict:
+    from composer_prime.inference.engines.hf.engine import HFEngine
+
+    work.mkdir(parents=True, exist_ok=True)
+    ps = prompts(model, 8)
+    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", "float32", "--device", "cpu")) as urls:
+        async def go():
+            engine = HFEngine(resolve_model(model), model, max_model_len=1024, device="cpu", dtype="float32")
+            await engine.start()
+            try:
+                await overhead_once(engine, urls["trusted"], ps, 0)  # warm-up
+                runs = []
+                for i in range(repeats):
+                    runs.append(await overhead_once(engine, urls["trusted"], ps, 100 * (i + 1)))
+                    progress.advance(1, note=f"{model}: proofs {runs[-1]['build_frac']:.2%} of generation")
+                return runs
+            finally:
+                await engine.stop()
+        runs = asyncio.run(go())
+    return {"runs": runs, **{k: spread([r[k] for r in runs], 4) for k in ("gen_s", "build_frac", "prove_frac", "audit_frac")},
+            "proof_bytes_per_32_tokens": sorted({b for r in runs for b in r["proof_bytes"]})}
+
+
+def throughput(workers: int, steps: int, batch: int, repeats: int, work: Path, progress: Progress) -> list[dict]:
+    from composer_prime.config import OrchestratorConfig
+    from composer_prime.orchestrator.orchestrator import Orchestrator
+    from composer_prime.utils.net import free_port
+
+    def orchestrator(url: str, volunteers: dict) -> Orchestrator:
+        return Orchestrator(OrchestratorConfig.model_validate({
+            "model": "tiny", "output_dir": str(work / "orchestrator"), "inference_urls": [url], "batch_size": batch,
+            "group_size": 8, "seq_len": 128, "sampling": {"max_tokens": 16}, "dynamic_sampling": False,
+            "max_async_level": 10**6, "max_concurrency": batch, "volunteers": volunteers}))
+
+    with serving({"trusted": Path(resolve_model("tiny"))}, work, ("--device", "cpu")) as urls:
+        port = free_port()
+        systems = {"trusted alone": orchestrator(urls["trusted"], {}),
+                   f"trusted + {workers} volunteers": orchestrator(urls["trusted"], {
+                       "enabled": True, "port": port, "join_token": "bench", "heartbeat_s": 2.0})}
+        procs = []
+
+        async def go() -> list[dict]:
+            for o in systems.values():
+                await o.envs[0].env.start()
+                await o.client.wait_ready()
+                await o.client.versions()
+            pool = list(systems.values())[1].volunteers
+            await pool.start()
+            for i in range(workers):
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "composer_prime.entrypoints.worker", "--join", f"http://127.0.0.1:{port}",
+                     "--token", "bench", "--key_path", str(work / f"w{i}.key"), "--work_dir", str(work / f"w{i}"),
+                     "--device", "cpu", "--dtype", "float32"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                    stderr=(work / f"w{i}.log").open("w"), preexec_fn=die_with_parent(signal.SIGTERM)))
+            while sum(pool.is_member(n) for n in pool.members) < workers:
+                await asyncio.sleep(0.5)
+            runs = []
+            try:
+                for o in systems.values():  # warm-up, untimed
+                    await o.collect(10**6)
+                for i in range(repeats):
+                    spent = {name: [0.0, 0] for name in systems}
+                    for step in range(i * steps, (i + 1) * steps):
+                        for name in (list(systems) if step % 2 == 0 else list(reversed(systems))):
+                            t = time.perf_counter()
+                            c = await systems[name].collect(step)
+                            await systems[name].build(step, c)
+                            spent[name][0] += time.perf_counter() - t
+                            spent[name][1] += sum(len(g) for g, _ in c.groups)
+                    for name, (seconds, n) in spent.items():
+                        runs.append({"system": name, "repeat": i, "rollouts_per_s": n / seconds, "rollouts": n})
+                        progress.advance(1, note=f"{name} {runs[-1]['rollouts_per_s']:.1f} rollouts/s")
+                runs.append({"pool": pool.metrics()})
+            finally:
+                await pool.stop()
+                for o in systems.values():
+                    await o.envs[0].env.close()
+                    await o.client.close()
+            return runs
+        try:
+            return asyncio.run(go())
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(timeout=60)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--result", choices=["calibration", "overhead", "throughput"], required=True)
+    p.add_argument("--models", default="tiny,smollm2-135m")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--honest", type=int, default=64)
+    p.add_argument("--cheats", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-volunteers")
+    a = p.parse_args()
+    if min(a.honest, a.cheats, a.repeats, a.workers, a.steps) < 1 or a.batch % 8:
+        p.error("counts must be at least 1 and --batch a multiple of 8")
+    setup("volunteers", stderr=True)
+    work = a.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    models = a.models.split(",")
+    result: dict = {**stamp(), "thresholds": VolunteersConfig().model_dump()["thresholds"]}
+    if a.result == "calibration":
+        sets = [(m, d) for m in models for d in a.dtypes.split(",")]
+        with Progress("calibration", total=len(sets) * (1 + len(CHEATS)), unit="workers") as progress:
+            result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress))
+                              for m, d in sets}
+        table = ["| model, dtype | honest: n, false rejects; worst exp mismatches / mant mean / log-prob err / draw "
+                 "distance | cheats: false accepts of n (caught by) |", "|---|---|---|"]
+        for key, s in result["sets"].items():
+            h, mx = s["honest"], s["honest"]["max"]
+            table.append(f"| {key} | {h['n']}, {h['false_rejects']}; {mx['exp_mismatches']} / {mx['mant_err_mean']} / "
+                         f"{mx['logprob_max_err']:.2g} / {mx['max_draw_distance']:.2g} | " + "; ".join(
+                             f"{c}: {x['false_accepts']}/{x['n']} ({', '.join(sorted(k for k in x['verdicts'] if k))})"
+                             for c, x in s["cheats"].items()) + " |")
+    elif a.result == "overhead":
+        with Progress("overhead", total=len(models) * a.repeats, unit="repeats") as progress:
+            result["models"] = {m: overhead(m, a.repeats, work / m, progress) for m in models}
+        table = ["| model | generation s (8 x 64 tokens) | proof build / gen | prefill + build / gen | audit / gen | "
+                 "proof bytes per 32 tokens |", "|---|---|---|---|---|---|"]
+        for m, r in result["models"].items():
+            table.append(f"| {m} | " + " | ".join(f"{r[k]['median']} [{r[k]['min']}, {r[k]['max']}]"
+                                                  for k in ("gen_s", "build_frac", "prove_frac", "audit_frac"))
+                         + f" | {r['proof_bytes_per_32_tokens']} |")
+    else:
+        with Progress("throughput", total=2 * a.repeats, unit="runs") as progress:
+            runs = throughput(a.workers, a.steps, a.batch, a.repeats, work, progress)
+        result |= {"workers": a.workers, "steps": a.steps, "batch": a.batch, "repeats": a.repeats, "runs": runs,
+                   "summary": {name: spread([r["rollouts_per_s"] for r in runs if r.get("system") == name])
+                               for name in dict.fromkeys(r["system"] for r in runs if "system" in r)}}
+        table = ["| system | rollouts/s, median [range] |", "|---|---|"]
+        for name, s in result["summary"].items():
+            table.append(f"| {name} | {s['median']} [{s['min']}, {s['max']}] |")
+    out = a.results / "volunteers.json"
+    a.results.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(out.read_text()) if out.exists() else {}
+    merged[a.result] = result
+    out.write_text(json.dumps(merged, indent=1))
+    print("\n".join(["", *table, "", f"{a.result}: {result['machine']}, {result['date']}, commit {result['commit']}; "
+                      f"written {out}"]))
+
+
+if __name__ == "__main__":
+    main()
