@@ -109,7 +109,7 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
     ps = prompts(model, max(honest, cheats))
     with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", dtype, "--device", "cpu")) as urls:
         async def go() -> dict:
-            async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9) as (client, pool):
+            async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0) as (client, pool):
                 _, validator = client.volunteers
                 audits: list = []
                 real = validator.audit
