@@ -41,13 +41,15 @@ class Thresholds(Strict):
 
 # benchmarks/volunteers.py --result calibration, 2026-11-25 (docs/volunteers.md): honest workers on this machine
 # kind, the trusted server and the worker in the same dtype. TOPLOC compares two prefills: 0 mismatches in both
-# dtypes, so a weight change of 1e-3 shows (float32: at least 1 mismatch, bfloat16: 5). The sampler's log-probs and
-# draws come from decoding, which rounds apart from a prefill: by 5.5e-5 and 7e-7 of the mass at most in float32
-# (SmolLM2-135M), by 0.43 and 0.061 in bfloat16, so there these two checks are loose (about twice the honest worst).
+# dtypes on one machine, so bfloat16's TOPLOC thresholds sit just above 0 (weights off by 1e-3 show a mean mantissa
+# error of 0.49 or more on the tiny model, 1.5 on SmolLM2); between two machines' kernels they are yet to be measured.
+# The sampler's log-probs and draws come from decoding, which rounds apart from a prefill: by 5.5e-5 and 1e-6 of the
+# mass at most in float32 (SmolLM2-135M), by 0.43 and 0.061 in bfloat16, where these checks are loose (about twice
+# the honest worst) and TOPLOC carries the weight check.
 CALIBRATED: dict[str, dict] = {
     "float32": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0, "logprob_tol": 2e-4,
                 "replay_margin": 1e-5},
-    "bfloat16": {"max_exp_mismatches": 2, "max_mant_mean": 1.0, "max_mant_median": 1.0, "logprob_tol": 1.0,
+    "bfloat16": {"max_exp_mismatches": 1, "max_mant_mean": 0.25, "max_mant_median": 0.0, "logprob_tol": 1.0,
                  "replay_margin": 0.15},
 }
 
