@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -317,6 +318,7 @@ def main() -> None:
         table = ["| system | rollouts/s, median [range] |", "|---|---|"]
         for name, s in result["summary"].items():
             table.append(f"| {name} | {s['median']} [{s['min']}, {s['max']}] |")
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]  # 1, 5, 15 min: how loaded the machine was
     out = a.results / "volunteers.json"
     a.results.mkdir(parents=True, exist_ok=True)
     merged = json.loads(out.read_text()) if out.exists() else {}
