@@ -67,8 +67,8 @@ class VolunteersConfig(Strict):
                                                  "to other nodes)")
     lease_s: float = Field(60.0, gt=0, description="a lease's deadline: a later submission is discarded and the "
                                                    "task goes to another node")
-    rate: float = Field(50.0, gt=0, description="requests per second a node may make (token bucket); more: 429")
-    burst: int = Field(100, ge=1, description="the bucket's size")
+    rate: float = Field(200.0, gt=0, description="requests per second a node may make (token bucket); more: 429")
+    burst: int = Field(400, ge=1, description="the bucket's size")
     eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
                                                   "key refused")
     thresholds: dict[str, Thresholds] = Field(default_factory=lambda: {d: Thresholds(**t) for d, t in CALIBRATED.items()},
