@@ -234,7 +234,7 @@ def test_a_node_that_stops_beating_mid_lease_is_dead_and_its_task_done_elsewhere
     c, waited, member = run(trusted, tmp_path, body)
     assert c.node.startswith("http://") and len(c.token_ids) == 20 and c.verdict == ""  # answered by the trusted server
     assert member.status == "dead" and member.counts["reassigned"] == 1
-    assert waited < 3 * 0.5 + 1.5  # dead after 3 missed beats of 0.5 s (checked every beat period)
+    assert waited < 10  # dead after 3 missed beats of 0.5 s: long before the lease's 20 s deadline would have ended it
 
 
 def test_a_flood_of_requests_is_rate_limited(trusted, tmp_path):
