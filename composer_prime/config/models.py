@@ -252,6 +252,10 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     def step_classes(self) -> dict[str, type]:
         return self._classes
 
+    def binds(self) -> list[tuple[str, str, int]]:
+        """(key, host, port) for every port this process listens on: the volunteer pool's, if any."""
+        return [("volunteers.port", self.volunteers.host, self.volunteers.port)] if self.volunteers.enabled else []
+
     def groups_per_step(self) -> dict[str, int]:
         """Groups of each environment in one batch: batch_size * ratio / group_size, exactly."""
         total = sum(e.ratio for e in self.envs)

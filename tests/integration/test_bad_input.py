@@ -82,6 +82,10 @@ ROWS = [
     ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--inference.engine", "vllm", "--dry-run"],
      "orchestrator.volunteers needs inference.engine = \"hf\": the validator's prefill reads the last hidden states, "
      "which vLLM does not expose (command line)"),
+    ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.host", "0.0.0.0"],
+     "volunteers.host = 0.0.0.0 listens beyond loopback, where anyone who reaches it could join the run as an inference node"),
+    ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.port", "{port}"],
+     "volunteers.port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
     ("worker", ["--join", "http://127.0.0.1:{closed}", "--token", "t", "--dry-run"],
      "join: nothing answers at 127.0.0.1:{closed} (Connection refused); start it first (command line)"),
     ("worker", ["--join", "http://127.0.0.1:1", "--dry-run"],

@@ -38,7 +38,6 @@ from composer_prime.contract.batches import SchemaError
 from composer_prime.contract.volunteer import Lease, Submission, check_submission
 from composer_prime.orchestrator.filters import Filter
 from composer_prime.orchestrator.volunteers import Unverifiable, VolunteerPool
-from composer_prime.transports import auth
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +92,6 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
     v = cfg.volunteers
     if not v.enabled:
         return None
-    auth.require("orchestrator.volunteers.host", v.host, cfg.auth.keys_dir is not None or v.join_token is not None,
-                 "join the run and have its completions validated against the run's weights")
     token = v.join_token
     if token is None:  # made once per run directory, kept across restarts: joined workers keep working
         path = (cfg.auth.keys_dir or Path(cfg.output_dir) / "orchestrator") / "volunteers.token"
