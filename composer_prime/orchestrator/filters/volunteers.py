@@ -38,6 +38,7 @@ from composer_prime.contract.batches import SchemaError
 from composer_prime.contract.volunteer import Lease, Submission, check_submission
 from composer_prime.orchestrator.filters import Filter
 from composer_prime.orchestrator.volunteers import Unverifiable, VolunteerPool
+from composer_prime.transports import auth
 
 log = logging.getLogger(__name__)
 
