@@ -102,7 +102,7 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_urlsafe(24))
         token = path.read_text().strip()
-        log.info(f"volunteers join with: uv run worker --join http://{v.host}:{v.port} --token-file {path}")
+        log.info(f"volunteers join with: uv run worker --join http://{v.host}:{v.port} --token_file {path}")
     weights = ({"type": "shardcast", "servers": v.relays, "public_key": auth.public_key(v.public_key)} if v.relays
                else {"type": "filesystem", "root": str(Path(cfg.output_dir).resolve() / "weights")})
     pool = VolunteerPool(v, client.pool, token, weights, cfg.model, lambda: client.dtype)
