@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -167,7 +168,7 @@ async def overhead_once(engine, trusted: str, ps: list[list[int]], seed: int) ->
             t = time.perf_counter()
             proofs = toploc.build(hidden)
             build_s += time.perf_counter() - t
-            sizes += [len(__import__("base64").b64decode(x)) for x in proofs]
+            sizes += [len(base64.b64decode(x)) for x in proofs]
             t = time.perf_counter()
             body = {"weight_version": 0, "token_ids": p + g.token_ids, "prompt_len": len(p), "proofs": proofs,
                     "logprobs": g.logprobs, "seed": seed, "sampling_params": {"max_tokens": 64}}

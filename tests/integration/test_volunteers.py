@@ -200,7 +200,7 @@ def test_a_forged_signature_or_an_unregistered_key_is_refused_and_charges_no_one
             stranger = Ed25519PrivateKey.generate()
             async with http.post(f"{base}/lease", json=hello(stranger, "lease")) as r:
                 unregistered = r.status
-            async with http.post(f"{base}/submit", json=asdict(dataclasses.replace(sub, node_id=V.node_of(stranger)).signed(stranger))) as r:
+            async with http.post(f"{base}/submit", json=asdict(dataclasses.replace(sub, node_id=V.node_id(stranger)).signed(stranger))) as r:
                 unregistered_submit = r.status
             return forged, unregistered, unregistered_submit, dict(pool.refused), dict(pool.members[victim.node].counts)
     forged, unregistered, unregistered_submit, refused, victim = run(trusted, tmp_path, body)

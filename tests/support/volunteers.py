@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from composer_prime.config.models import OrchestratorConfig
 from composer_prime.config.volunteers import WorkerConfig
-from composer_prime.contract.volunteer import Submission
+from composer_prime.contract.volunteer import Submission, node_id  # noqa: F401 - tests take node_id from here
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.filters.volunteers import attach
 from composer_prime.orchestrator.volunteers import PREFIX
@@ -163,9 +163,3 @@ def forged(sub: Submission, victim: str) -> Submission:
     """A submission in `victim`'s name, signed with another key."""
     return dataclasses.replace(sub, node_id=victim).signed(Ed25519PrivateKey.generate())
 
-
-
-def node_of(key: Ed25519PrivateKey) -> str:
-    from composer_prime.contract.volunteer import node_id
-
-    return node_id(key)
