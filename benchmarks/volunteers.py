@@ -15,11 +15,12 @@ are the validator's at the config's default thresholds. The result: the
 honest maxima (what the thresholds must clear), false rejects, and per cheat its verdicts and
 false accepts (targets: no false accept, at most 1% false rejects).
 
-overhead: per model (float32), 8 completions generated as one batch by the embedded engine, then
-for each the prefill of its last hidden states and the TOPLOC proofs built from them, and its
-audit on a trusted server; medians and ranges over `--repeats`: proof building (build alone, and
-with its prefill) and validation as fractions of generation time (target: building at most 2%),
-proof bytes per 32 tokens.
+overhead: per model (float32), 8 completions generated as one batch by the embedded engine as the
+worker runs it (keeping each token's last hidden state while decoding) and by one that keeps
+none, in turns; then the TOPLOC proofs built from the kept states, and each completion's audit
+on a trusted server; medians and ranges over `--repeats`, as fractions of the plain generation
+time: keeping the states, building the proofs, both (the worker's whole proving cost; target at
+most 2%), the audit; proof bytes per 32 tokens.
 
 throughput: the quickstart's environment and tiny model, the orchestrator's own `collect` and
 `build` on one trusted server alone, and on the same server with the pool and `--workers` `uv
@@ -144,29 +145,31 @@ def summarise(got: dict) -> dict:
     return {"honest": {"n": len(got["honest"]), "false_rejects": sum(v != "" for v, _ in got["honest"]),
                        "verdicts": dict(Counter(v for v, _ in got["honest"])),
                        "max": {f: max((m[f] for m in honest), default=None) for f in fields}},
+            "audits": {name: [m for _, m in rows] for name, rows in got.items()},  # to judge other thresholds by
             "cheats": {name: {"n": len(rows), "false_accepts": sum(v == "" for v, _ in rows),
                               "verdicts": dict(Counter(v for v, _ in rows)),
                               "min": {f: min((m[f] for _, m in rows if m), default=None) for f in fields}}
                        for name, rows in got.items() if name != "honest"}}
 
 
-async def overhead_once(engine, trusted: str, ps: list[list[int]], seed: int) -> dict:
+async def overhead_once(engines: dict, trusted: str, ps: list[list[int]], seed: int) -> dict:
     import aiohttp
 
     from composer_prime.verify import toploc
 
-    t = time.perf_counter()
-    gens = await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=64, seed=seed + i)) for i, p in enumerate(ps)))
-    gen_s = time.perf_counter() - t
-    prefill_s = build_s = audit_s = 0.0
+    async def timed(coro):
+        t = time.perf_counter()
+        return await coro, time.perf_counter() - t
+    params = [SamplingParams(max_tokens=64, seed=seed + i) for i in range(len(ps))]
+    gens, gen_s = await timed(asyncio.gather(*(engines["plain"].generate(p, s) for p, s in zip(ps, params))))
+    kept, kept_s = await timed(asyncio.gather(*(engines["kept"].generate_with_states(p, s) for p, s in zip(ps, params))))
+    assert [g.token_ids for g in gens] == [g.token_ids for g, _ in kept]  # the same completions, the states besides
+    build_s = audit_s = 0.0
     sizes = []
     async with aiohttp.ClientSession() as http:
-        for p, g in zip(ps, gens):
+        for p, (g, states) in zip(ps, kept):
             t = time.perf_counter()
-            hidden, _ = await engine.states(p + g.token_ids, len(p))
-            prefill_s += time.perf_counter() - t
-            t = time.perf_counter()
-            proofs = toploc.build(hidden)
+            proofs = toploc.build(states)
             build_s += time.perf_counter() - t
             sizes += [len(base64.b64decode(x)) for x in proofs]
             t = time.perf_counter()
@@ -175,8 +178,12 @@ async def overhead_once(engine, trusted: str, ps: list[list[int]], seed: int) ->
             async with http.post(f"{trusted}/inference/v1/audit", json=body) as r:
                 r.raise_for_status()
             audit_s += time.perf_counter() - t
-    return {"gen_s": gen_s, "build_frac": build_s / gen_s, "prove_frac": (build_s + prefill_s) / gen_s,
+    keep = max(0.0, kept_s - gen_s)
+    return {"gen_s": gen_s, "keep_frac": keep / gen_s, "build_frac": build_s / gen_s, "prove_frac": (keep + build_s) / gen_s,
             "audit_frac": audit_s / gen_s, "tokens": sum(len(g.token_ids) for g in gens), "proof_bytes": sizes}
+
+
+FRACTIONS = ("gen_s", "keep_frac", "build_frac", "prove_frac", "audit_frac")
 
 
 def overhead(model: str, repeats: int, work: Path, progress: Progress) -> dict:
@@ -186,19 +193,22 @@ def overhead(model: str, repeats: int, work: Path, progress: Progress) -> dict:
     ps = prompts(model, 8)
     with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", "float32", "--device", "cpu")) as urls:
         async def go():
-            engine = HFEngine(resolve_model(model), model, max_model_len=1024, device="cpu", dtype="float32")
-            await engine.start()
+            engines = {name: HFEngine(resolve_model(model), model, max_model_len=1024, max_batch=8, device="cpu",
+                                      dtype="float32", keep_states=name == "kept") for name in ("plain", "kept")}
+            for e in engines.values():
+                await e.start()
             try:
-                await overhead_once(engine, urls["trusted"], ps, 0)  # warm-up
+                await overhead_once(engines, urls["trusted"], ps, 0)  # warm-up
                 runs = []
                 for i in range(repeats):
-                    runs.append(await overhead_once(engine, urls["trusted"], ps, 100 * (i + 1)))
-                    progress.advance(1, note=f"{model}: proofs {runs[-1]['build_frac']:.2%} of generation")
+                    runs.append(await overhead_once(engines, urls["trusted"], ps, 100 * (i + 1)))
+                    progress.advance(1, note=f"{model}: proving {runs[-1]['prove_frac']:.2%} of generation")
                 return runs
             finally:
-                await engine.stop()
+                for e in engines.values():
+                    await e.stop()
         runs = asyncio.run(go())
-    return {"runs": runs, **{k: spread([r[k] for r in runs], 4) for k in ("gen_s", "build_frac", "prove_frac", "audit_frac")},
+    return {"runs": runs, **{k: spread([r[k] for r in runs], 4) for k in FRACTIONS},
             "proof_bytes_per_32_tokens": sorted({b for r in runs for b in r["proof_bytes"]})}
 
 
@@ -303,11 +313,10 @@ def main() -> None:
     elif a.result == "overhead":
         with Progress("overhead", total=len(models) * a.repeats, unit="repeats") as progress:
             result["models"] = {m: overhead(m, a.repeats, work / m, progress) for m in models}
-        table = ["| model | generation s (8 x 64 tokens) | proof build / gen | prefill + build / gen | audit / gen | "
-                 "proof bytes per 32 tokens |", "|---|---|---|---|---|---|"]
+        table = ["| model | generation s (8 x 64 tokens) | keeping states / gen | proof build / gen | keep + build / gen "
+                 "| audit / gen | proof bytes per 32 tokens |", "|---|---|---|---|---|---|---|"]
         for m, r in result["models"].items():
-            table.append(f"| {m} | " + " | ".join(f"{r[k]['median']} [{r[k]['min']}, {r[k]['max']}]"
-                                                  for k in ("gen_s", "build_frac", "prove_frac", "audit_frac"))
+            table.append(f"| {m} | " + " | ".join(f"{r[k]['median']} [{r[k]['min']}, {r[k]['max']}]" for k in FRACTIONS)
                          + f" | {r['proof_bytes_per_32_tokens']} |")
     else:
         with Progress("throughput", total=2 * a.repeats, unit="runs") as progress:

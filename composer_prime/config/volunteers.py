@@ -40,16 +40,17 @@ class Thresholds(Strict):
 
 
 # benchmarks/volunteers.py --result calibration, 2026-11-25 (docs/volunteers.md): honest workers on this machine
-# kind, the trusted server and the worker in the same dtype. TOPLOC compares two prefills: 0 mismatches in both
-# dtypes on one machine, so bfloat16's TOPLOC thresholds sit just above 0 (weights off by 1e-3 show a mean mantissa
-# error of 0.49 or more on the tiny model, 1.5 on SmolLM2); between two machines' kernels they are yet to be measured.
-# The sampler's log-probs and draws come from decoding, which rounds apart from a prefill: by 5.5e-5 and 1e-6 of the
-# mass at most in float32 (SmolLM2-135M), by 0.43 and 0.061 in bfloat16, where these checks are loose (about twice
-# the honest worst) and TOPLOC carries the weight check.
+# kind, the trusted server and the worker in the same dtype. A worker's proofs commit to the states it decoded, the
+# validator's to its prefill: in float32 the two round to the same bf16 values (2 exponent mismatches of 128 at
+# most, 160 rollouts per model), in bfloat16 they do not (SmolLM2-135M: up to 10 mismatches, a mean mantissa error
+# of 3.06, median 2), so bfloat16's TOPLOC thresholds sit above that and catch another model, replayed proofs, a
+# changed prompt token and weights 1e-2 off on SmolLM2, not weights 1e-3 off (at the noise). The sampler's log-probs
+# and draws round apart by 4.1e-5 and 1e-6 of the mass at most in float32, by 0.55 and 0.074 in bfloat16, where
+# these checks are loose (about twice the honest worst).
 CALIBRATED: dict[str, dict] = {
     "float32": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0, "logprob_tol": 2e-4,
                 "replay_margin": 1e-5},
-    "bfloat16": {"max_exp_mismatches": 1, "max_mant_mean": 0.25, "max_mant_median": 0.0, "logprob_tol": 1.0,
+    "bfloat16": {"max_exp_mismatches": 14, "max_mant_mean": 3.5, "max_mant_median": 3.0, "logprob_tol": 1.0,
                  "replay_margin": 0.15},
 }
 

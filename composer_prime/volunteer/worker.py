@@ -8,8 +8,8 @@ The worker listens on nothing; it only calls the run's pool (orchestrator/volunt
 2. ask for leases (long polls, `concurrency` at once); the pool chooses the tasks and seeds;
 3. hold exactly the leased weight version (pulled and verified through SHARDCAST: signatures
    and shard hashes, transports/weights/shardcast/), generate with the embedded engine and the
-   leased seed, prefill prompt + completion once for the last hidden states and build TOPLOC
-   proofs over them (verify/toploc.py), sign the submission and send it.
+   leased seed, keeping each generated token's last hidden state as it is decoded (no second
+   forward), build TOPLOC proofs over them (verify/toploc.py), sign the submission and send it.
 
 The node never reports a reward. The steps are methods (`generate`, `prove`, `submission`) so a
 test's dishonest worker overrides one of them and nothing else.
@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
+import torch
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import WorkerConfig
@@ -84,8 +85,8 @@ class Worker:
                 model_dir = await asyncio.to_thread(resolve_model, info["model"])  # may convert it, once
                 self.weights, self.model_dir = info["weights"], model_dir
                 dtype = self.cfg.dtype if self.cfg.dtype != "auto" else info.get("dtype") or "auto"  # the run's, by default
-                self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,
-                                       device=self.cfg.device, dtype=dtype)
+                self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,  # a row per lease loop
+                                       max_batch=self.cfg.concurrency, device=self.cfg.device, dtype=dtype, keep_states=True)
                 await self.engine.start()
                 await self._work(beat)
             finally:
@@ -161,15 +162,15 @@ class Worker:
 
     async def work(self, lease: Lease) -> Submission:
         async with self.holding(lease.weight_version, lease.deadline):  # no swap until it is proven
-            gen = await self.generate(lease)
-            return self.submission(lease, gen, await self.prove(lease.prompt_ids, gen.token_ids))
+            gen, states = await self.generate(lease)
+            return self.submission(lease, gen, await asyncio.to_thread(self.prove, states))
 
-    async def generate(self, lease: Lease) -> Generation:
-        return await self.engine.generate(lease.prompt_ids, SamplingParams(**lease.sampling))
+    async def generate(self, lease: Lease) -> tuple[Generation, torch.Tensor]:
+        """The completion and its tokens' last hidden states [tokens, hidden]."""
+        return await self.engine.generate_with_states(lease.prompt_ids, SamplingParams(**lease.sampling))
 
-    async def prove(self, prompt_ids: list[int], token_ids: list[int]) -> list[str]:
-        hidden, _ = await self.engine.states(prompt_ids + token_ids, len(prompt_ids))
-        return toploc.build(hidden)
+    def prove(self, states: torch.Tensor) -> list[str]:
+        return toploc.build(states)
 
     def submission(self, lease: Lease, gen: Generation, proofs: list[str]) -> Submission:
         return Submission(self.node, lease.lease_id, self.version, lease.prompt_sha256, gen.token_ids, gen.logprobs,

@@ -265,7 +265,8 @@ def test_volunteers_calibration(tmp_path):
 def test_volunteers_overhead(tmp_path):
     out = run("volunteers:overhead", tmp_path)["overhead"]["models"]["tiny"]
     [r] = out["runs"]
-    assert r["tokens"] > 0 and r["gen_s"] > 0 and 0 < r["build_frac"] < r["prove_frac"] and r["audit_frac"] > 0
+    assert r["tokens"] > 0 and r["gen_s"] > 0 and r["keep_frac"] >= 0 and r["audit_frac"] > 0
+    assert 0 < r["build_frac"] and r["prove_frac"] == pytest.approx(r["keep_frac"] + r["build_frac"])
     assert out["proof_bytes_per_32_tokens"] == [258]  # 2 + 2 x 128, the tiny model's width being 128
     assert out["build_frac"]["runs"] == [round(r["build_frac"], 4)]
 

@@ -3,8 +3,10 @@
 openenv-calc (environments/openenv-calc: openenv's own MCPEnvironment and create_app) is started
 by the orchestrator as two local servers and driven over /ws; reverse-text runs in-process. The
 tiny model is warm-started on tool-calc's demonstrations (openenv-calc asks its questions the same
-way) briefly enough that it still gets the call wrong often; 15 GRPO steps raise openenv-calc's
-held-out reward (+0.10 and +0.12 on seeds 1 and 0 when this was written, from 0.172).
+way) briefly enough that it still gets the call wrong often; 20 GRPO steps raise openenv-calc's
+held-out reward on all 200 of its eval tasks (from 0.21; at 15 steps +0.065 to +0.10 over seeds 0-3,
+at 25 steps +0.10, measured on 2026-11-25: a 32-task eval once saw +0.02 at 15 steps, within its
+noise, which is why every eval task is used).
 """
 
 import json
@@ -16,7 +18,7 @@ import pytest
 from tests.conftest import ROOT, free_port
 from tests.support.rl_runs import log_tails, rows
 
-STEPS = 15
+STEPS = 20
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, c
     run = tmp_path / "run"
     rl = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/openenv-mix.toml",
                          "--model", str(calc_agent), "--output_dir", str(run), "--max_steps", str(STEPS), "--seed", "0",
-                         "--orchestrator.eval.interval", "100", "--inference.port", str(free_port()),
+                         "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "200", "--inference.port", str(free_port()),
                          "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert rl.returncode == 0, (rl.stdout + rl.stderr)[-3000:] + log_tails(run)
@@ -56,7 +58,7 @@ def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, c
     assert first["eval_reward"] == pytest.approx(0.125 * first["eval/reverse-text/reward"]
                                                  + 0.875 * first["eval/openenv-calc/reward"])
     # the environment's own reward, learnt: its first call right more often, so its reward up
-    assert last["eval/openenv-calc/reward"] > first["eval/openenv-calc/reward"] + 0.05, (first, last)
+    assert last["eval/openenv-calc/reward"] > first["eval/openenv-calc/reward"] + 0.04, (first, last)
     assert last["eval/openenv-calc/tool_error_rate"] < first["eval/openenv-calc/tool_error_rate"]
     assert sorted(p.name for p in (run / "logs").glob("openenv-*.log")) == ["openenv-openenv-calc-0.log",
                                                                             "openenv-openenv-calc-1.log"]

@@ -121,13 +121,13 @@ class TamperedTokens(Worker):
     """Replaces a token mid-completion, proofs and log-probs rebuilt honestly over the result."""
 
     async def generate(self, lease):
-        gen = await super().generate(lease)
+        gen, _ = await super().generate(lease)
         ids = list(gen.token_ids)
         ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 300
-        _, logits = await self.engine.states(lease.prompt_ids + ids, len(lease.prompt_ids))
+        hidden, logits = await self.engine.states(lease.prompt_ids + ids, len(lease.prompt_ids))
         t = lease.sampling.get("temperature", 1.0)
         lp = torch.log_softmax(logits / t, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1).tolist()
-        return dataclasses.replace(gen, token_ids=ids, logprobs=lp)
+        return dataclasses.replace(gen, token_ids=ids, logprobs=lp), hidden
 
 
 class ChangedPrompt(Worker):

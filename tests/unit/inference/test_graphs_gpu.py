@@ -32,13 +32,13 @@ def test_kv_cache_on_cuda_equals_a_forward_with_no_cache(tiny_model_dir):
     model = load(tiny_model_dir, torch.float32, "cuda")
     slots = SlotModel(model, rows=2, length=32)
     seqs = [[5, 9, 14, 3, 22], [11, 12]]
-    logits = slots.prefill(seqs, dst=[0, 1], src=[0, 1])
+    logits = slots.head(slots.prefill(seqs, dst=[0, 1], src=[0, 1]))
     for step in range(6):
         nxt = logits.argmax(-1).tolist()
         for s, t in zip(seqs, nxt):
             s.append(t)
         pos = torch.tensor([len(s) - 1 for s in seqs], device="cuda")
-        logits = slots.decode(torch.tensor(nxt, device="cuda"), pos, b=2, w=int(pos.max()) + 1)
+        logits = slots.head(slots.decode(torch.tensor(nxt, device="cuda"), pos, b=2, w=int(pos.max()) + 1))
         for s, row in zip(seqs, logits):
             assert torch.allclose(row, model(torch.tensor([s], device="cuda")).logits[0, -1], atol=1e-4), step
 

@@ -30,7 +30,7 @@ def test_prefill_and_decode_equal_a_forward_with_no_cache_after_rows_move(models
     ours, plain = models
     slots = SlotModel(ours, rows=4, length=64)
     prompts = [[5, 9, 14, 3, 22, 7, 40], [11, 12, 13]]
-    logits = slots.prefill(prompts, dst=[0, 1, 2], src=[0, 1, 0])  # rows 0 and 2 continue the same prompt
+    logits = slots.head(slots.prefill(prompts, dst=[0, 1, 2], src=[0, 1, 0]))  # rows 0 and 2 continue the same prompt
     for p, row in zip(prompts, logits):
         assert torch.allclose(row, last_logits(plain, p), atol=1e-5)
     seqs = [list(prompts[0]), list(prompts[1]), list(prompts[0])]
@@ -42,7 +42,7 @@ def test_prefill_and_decode_equal_a_forward_with_no_cache_after_rows_move(models
         for s, t in zip(seqs, nxt):
             s.append(t)
         pos = torch.tensor([len(s) - 1 for s in seqs])
-        out = slots.decode(torch.tensor(nxt), pos, b=len(seqs), w=int(pos.max()) + 1)
+        out = slots.head(slots.decode(torch.tensor(nxt), pos, b=len(seqs), w=int(pos.max()) + 1))
         for s, row in zip(seqs, out):
             assert torch.allclose(row, last_logits(plain, s), atol=1e-5), (step, s)
         nxt = out.argmax(-1).tolist()
@@ -81,3 +81,24 @@ def test_a_request_joining_mid_decode_gets_its_tokens_alone_and_log_probs_of_the
     logits = plain(torch.tensor([joiner + b.token_ids])).logits[0, len(joiner) - 1: -1] / 0.8
     want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(b.token_ids)[:, None]).squeeze(-1)
     assert b.logprobs == pytest.approx(want.tolist(), abs=1e-5)
+
+
+@torch.no_grad()
+def test_kept_states_are_the_hidden_states_of_a_prefill_over_prompt_and_completion(models):
+    """What a volunteer proves (verify/toploc.py) is kept while decoding: each token's state is the one
+    that gave its logits, through rows moving (the short request leaves first, the last moves up)."""
+    ours, _ = models
+    slots = SlotModel(ours, rows=4, length=64)
+    scheduler = Scheduler(DeviceBatch(slots, 4, 64, keep_states=True))
+    reqs, got = {}, {}
+    for name, prompt, n in [("short", [1, 2, 3], 3), ("long", [9, 8, 7, 6], 14), ("mid", [4, 8, 15], 9)]:
+        params = SamplingParams(max_tokens=n, seed=len(reqs), stop_token_ids=(-1,))
+        reqs[name] = Request(prompt, params, lambda g, name=name: got.__setitem__(name, g))
+        scheduler.submit(reqs[name])
+        scheduler.tick()  # each joins at a different step
+    scheduler.drain()
+    for name, r in reqs.items():
+        ids = got[name].token_ids
+        want, _ = slots.states(r.prompt + ids, len(r.prompt))  # one forward, no cache
+        assert r.states.dtype == torch.bfloat16 and r.states.shape == (len(ids), ours.config.hidden_size)
+        assert torch.allclose(r.states.float(), want.to(torch.bfloat16).float(), atol=2e-2, rtol=1e-2), name

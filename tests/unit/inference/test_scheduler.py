@@ -15,9 +15,10 @@ TABLE = torch.randn((VOCAB, LENGTH, VOCAB), generator=torch.Generator().manual_s
 
 
 class TableModel:
-    """Logits after token t at position j: TABLE[t, j]. Records the rows it is asked to move."""
+    """Logits after token t at position j: TABLE[t, j] (its "hidden state", the head the identity).
+    Records the rows it is asked to move."""
 
-    vocab_size = VOCAB
+    vocab_size = hidden_size = VOCAB
 
     def __init__(self) -> None:
         self.moves: list[tuple[list[int], list[int]]] = []
@@ -34,6 +35,9 @@ class TableModel:
             raise RuntimeError("device lost")
         assert w == int(pos.max()) + 1  # the scheduler's own count of positions, never read from the device
         return TABLE[tokens, pos]
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
 
     def move(self, src: list[int], dst: list[int], width: int) -> None:
         self.moves.append((src, dst))

@@ -9,8 +9,13 @@ scheduler (scheduler.py) admits into rows n.. and moves the last live rows into 
 finished ones leave. A finished row is frozen (its `done` flag set): a step that still covers it
 changes none of its results.
 
-The model is anything with `prefill`, `decode`, `move` and `vocab_size` (cache.SlotModel; the
-unit tests use a stand-in).
+With `keep_states`, the batch also keeps, for every drawn token, the last hidden state that gave
+its logits (the LM head's input), in bfloat16: what a volunteer's TOPLOC proofs commit to
+(verify/toploc.py), had without a second forward over prompt and completion. It costs rows x
+length x hidden x 2 bytes, so only a worker asks for it.
+
+The model is anything with `prefill` and `decode` (the last hidden states), `head` (their
+logits), `move`, `vocab_size` and `hidden_size` (cache.SlotModel; the unit tests use a stand-in).
 """
 
 from __future__ import annotations
@@ -25,16 +30,20 @@ from composer_prime.model.sampling import sample, stream_keys
 
 class StepModel(Protocol):
     vocab_size: int
+    hidden_size: int
 
     def prefill(self, prompts: list[list[int]], dst: list[int], src: list[int]) -> torch.Tensor: ...
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, b: int, w: int) -> torch.Tensor: ...
 
+    def head(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
     def move(self, src: list[int], dst: list[int], width: int) -> None: ...
 
 
 class DeviceBatch:
-    def __init__(self, model: StepModel, rows: int, length: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: StepModel, rows: int, length: int, device: torch.device | str = "cpu",
+                 keep_states: bool = False) -> None:
         self.model, self.rows, self.length = model, rows, length
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -47,6 +56,7 @@ class DeviceBatch:
         self.stops = zeros(rows, model.vocab_size, dtype=torch.bool)
         self.out_tokens = zeros(rows, length)
         self.out_logprobs = zeros(rows, length, dtype=torch.float32)
+        self.out_states = zeros(rows, length, model.hidden_size, dtype=torch.bfloat16) if keep_states else None
         self.row_ids = torch.arange(rows, device=device)
         self.device = device
 
@@ -73,21 +83,26 @@ class DeviceBatch:
         stop_ids = [t for _, s, _ in requests for t in s.stop_token_ids if 0 <= t < vocab]
         if stop_ids:
             self.stops[self._index(stop_rows), self._index(stop_ids)] = True
-        logits = self.model.prefill([list(p) for p in unique], list(range(lo, hi)), src)
-        self.advance(lo, hi, logits[self._index(src)], use_top_p)
+        hidden = self.model.prefill([list(p) for p in unique], list(range(lo, hi)), src)
+        self.advance(lo, hi, hidden[self._index(src)], use_top_p)
 
     def decode_step(self, b: int, w: int, use_top_p: bool) -> None:
         """One token for each live row of [0, b), attending over the first `w` cache slots."""
         self.advance(0, b, self.model.decode(self.tokens[:b], self.pos[:b], b, w), use_top_p)
 
-    def advance(self, lo: int, hi: int, logits: torch.Tensor, use_top_p: bool) -> None:
-        """Draw one token per row of [lo, hi) from `logits`, record it, and freeze the rows it finishes."""
+    def advance(self, lo: int, hi: int, hidden: torch.Tensor, use_top_p: bool) -> None:
+        """Draw one token per row of [lo, hi) from the logits of `hidden`, record it, and freeze the
+        rows it finishes."""
         live = ~self.done[lo:hi]
         count = self.counters[lo:hi]
-        tokens, logprobs = sample(logits, self.temps[lo:hi], self.top_p[lo:hi], self.keys[lo:hi], count, use_top_p)
+        tokens, logprobs = sample(self.model.head(hidden), self.temps[lo:hi], self.top_p[lo:hi], self.keys[lo:hi],
+                                  count, use_top_p)
         rows, at = self.row_ids[lo:hi], count.clamp(max=self.length - 1)
         self.out_tokens[rows, at] = torch.where(live, tokens, self.out_tokens[rows, at])
         self.out_logprobs[rows, at] = torch.where(live, logprobs, self.out_logprobs[rows, at])
+        if self.out_states is not None:
+            kept = self.out_states[rows, at]
+            self.out_states[rows, at] = torch.where(live[:, None], hidden.to(kept.dtype), kept)
         hit = live & self.stops[rows, tokens]
         self.stopped[lo:hi] |= hit
         count += live  # in place: `count` is a view of self.counters
@@ -99,13 +114,14 @@ class DeviceBatch:
         """The rows of [0, n) that are done (reads the device: a synchronisation)."""
         return self.done[:n].nonzero().flatten().tolist()
 
-    def results(self, rows: list[int]) -> list[tuple[list[int], list[float], bool]]:
-        """(tokens, log-probs, stopped on a stop token) of each of `rows`."""
+    def results(self, rows: list[int]) -> list[tuple[list[int], list[float], bool, torch.Tensor | None]]:
+        """(tokens, log-probs, stopped on a stop token, states on the CPU or None) of each of `rows`."""
         idx = self._index(rows)
         counts, stopped = self.counters[idx].tolist(), self.stopped[idx].tolist()
         width = max(counts)
         toks, lps = self.out_tokens[idx, :width].tolist(), self.out_logprobs[idx, :width].tolist()
-        return [(t[:k], lp[:k], s) for t, lp, k, s in zip(toks, lps, counts, stopped)]
+        states = self.out_states[idx, :width].cpu() if self.out_states is not None else [None] * len(rows)
+        return [(t[:k], lp[:k], s, None if st is None else st[:k]) for t, lp, k, s, st in zip(toks, lps, counts, stopped, states)]
 
     def move(self, src: list[int], dst: list[int], width: int) -> None:
         """Rows src take the place of rows dst (KV cache included, its first `width` slots); src become free."""
@@ -113,8 +129,9 @@ class DeviceBatch:
             return
         s, d = self._index(src), self._index(dst)
         for t in (self.tokens, self.pos, self.keys, self.counters, self.budget, self.temps, self.top_p, self.done,
-                  self.stopped, self.stops, self.out_tokens, self.out_logprobs):
-            t[d] = t[s]
+                  self.stopped, self.stops, self.out_tokens, self.out_logprobs, self.out_states):
+            if t is not None:
+                t[d] = t[s]
         self.model.move(src, dst, width)
         self.free(src)
 

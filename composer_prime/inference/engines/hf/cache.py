@@ -75,14 +75,15 @@ class SlotCache(Cache):
 
 
 class SlotModel:
-    """A transformers causal LM over a `SlotCache`: prefill, decode step and scoring."""
+    """A transformers causal LM over a `SlotCache`: prefill and decode step (to the last hidden
+    states, which `head` turns into logits) and scoring."""
 
     def __init__(self, model: PreTrainedModel, rows: int, length: int) -> None:
         if model.config._attn_implementation != ATTENTION:
             raise ValueError(f"load the model with attn_implementation={ATTENTION!r}")
         self.model, self.device = model, model.device
-        self.decoder, self.head = model.get_decoder(), model.get_output_embeddings()
-        self.vocab_size = model.config.vocab_size
+        self.decoder, self.lm_head = model.get_decoder(), model.get_output_embeddings()
+        self.vocab_size, self.hidden_size = model.config.vocab_size, model.config.hidden_size
         self.cache = SlotCache(model.config, rows, length, model.dtype, model.device)
         self.arange = torch.arange(length, device=model.device)
         self._check_head()
@@ -98,8 +99,12 @@ class SlotModel:
             raise NotImplementedError(f"{type(self.model).__name__}: its logits are not lm_head(decoder(x)); "
                                       "serve it with vLLM")
 
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of last hidden states."""
+        return self.lm_head(hidden)
+
     def prefill(self, prompts: list[list[int]], dst: list[int], src: list[int]) -> torch.Tensor:
-        """Logits after each prompt's last token; prompt src[i]'s keys go to row dst[i]."""
+        """The last hidden state after each prompt's last token; prompt src[i]'s keys go to row dst[i]."""
         width = max(len(p) for p in prompts)
         ids = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
@@ -113,16 +118,16 @@ class SlotModel:
         finally:
             cache.prefilling = False
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
-        return self.head(hidden[torch.arange(len(prompts), device=self.device), last])
+        return hidden[torch.arange(len(prompts), device=self.device), last]
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, b: int, w: int) -> torch.Tensor:
-        """Logits after token[r] at position pos[r] for rows [0, b), attending over slots [0, w)."""
+        """The last hidden state after token[r] at position pos[r] for rows [0, b), attending over slots [0, w)."""
         cache = self.cache
         cache.b, cache.w, cache.pos = b, w, pos
         mask = (self.arange[None, :w] <= pos[:, None])[:, None, None, :]
         hidden = self.decoder(input_ids=tokens[:, None], position_ids=pos[:, None], attention_mask=mask,
                               past_key_values=cache, use_cache=True).last_hidden_state
-        return self.head(hidden[:, 0])
+        return hidden[:, 0]
 
     def move(self, src: list[int], dst: list[int], width: int) -> None:
         self.cache.move(src, dst, width)

@@ -49,8 +49,10 @@ def _reply(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
 
 class HFEngine:
     def __init__(self, model_path: str, model_name: str, max_model_len: int = 512, max_batch: int | None = None,
-                 device: str = "auto", dtype: str = "auto", graphs: str = "auto") -> None:
+                 device: str = "auto", dtype: str = "auto", graphs: str = "auto", keep_states: bool = False) -> None:
+        """`keep_states`: keep each drawn token's last hidden state (batch.py), for `generate_with_states`."""
         self.model_path, self.model_name, self.max_model_len = model_path, model_name, max_model_len
+        self.keep_states = keep_states
         self.device, self.dtype, self.graphs = devices.resolve(device, dtype, graphs)
         self.max_batch = max_batch or (256 if self.device == "cuda" else 64)
         self._thread: threading.Thread | None = None
@@ -73,7 +75,7 @@ class HFEngine:
                                                      attn_implementation=ATTENTION)
         self.model = model.to(self.device).eval()
         self.slots = SlotModel(self.model, self.max_batch, self.max_model_len)
-        self.batch = DeviceBatch(self.slots, self.max_batch, self.max_model_len, self.device)
+        self.batch = DeviceBatch(self.slots, self.max_batch, self.max_model_len, self.device, self.keep_states)
         self.scheduler = scheduler_for(self.batch, self.graphs, GATHER_S)
 
     def _serve(self) -> None:
@@ -96,14 +98,25 @@ class HFEngine:
             raise ValueError(f"every token id must be in [0, {vocab}), the vocabulary of {self.model_name}")
 
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
+        return (await self._generate(prompt_token_ids, params))[0]
+
+    async def generate_with_states(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[Generation, torch.Tensor]:
+        """The generation and the last hidden state [tokens, hidden] (bfloat16, on the CPU) that gave each
+        of its tokens' logits, kept while decoding: an engine started with `keep_states` only."""
+        if not self.keep_states:
+            raise ValueError("this engine keeps no hidden states: create it with keep_states=True")
+        return await self._generate(prompt_token_ids, params)
+
+    async def _generate(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[Generation, torch.Tensor | None]:
         if len(prompt_token_ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(prompt_token_ids)}) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}")
         if not prompt_token_ids:
             raise ValueError("the prompt has no token ids")
         self._check_ids(prompt_token_ids)
         future = asyncio.get_running_loop().create_future()
-        self.scheduler.submit(Request(list(prompt_token_ids), params, _reply(asyncio.get_running_loop(), future)))
-        return await future
+        request = Request(list(prompt_token_ids), params, _reply(asyncio.get_running_loop(), future))
+        self.scheduler.submit(request)
+        return await future, request.states  # the scheduler sets `states` before it replies
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:
         check_score_args(token_ids, start, top_k, temperature, self.max_model_len)

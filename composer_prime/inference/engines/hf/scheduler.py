@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.inference import Generation
 from composer_prime.inference.engines.hf.batch import DeviceBatch
@@ -40,6 +42,7 @@ class Request:
     reply: Callable[[Generation | BaseException], None]
     seed: int = 0
     arrived: float = 0.0
+    states: torch.Tensor | None = None  # its tokens' last hidden states, set before `reply` where the batch keeps them
 
     def __post_init__(self) -> None:
         self.seed = self.params.seed if self.params.seed is not None else random.getrandbits(63)
@@ -154,8 +157,9 @@ class Scheduler:
         done = self.batch.finished(len(self.live))
         if not done:
             return
-        for row, (tokens, logprobs, stopped) in zip(done, self.batch.results(done)):
+        for row, (tokens, logprobs, stopped, states) in zip(done, self.batch.results(done)):
             r = self.live[row]
+            r.states = states
             r.reply(Generation(list(r.prompt), tokens, logprobs, "stop" if stopped else "length"))
         keep, finished = len(self.live) - len(done), set(done)
         holes = [row for row in done if row < keep]
