@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -66,8 +67,9 @@ def rl(config: list[str], model: Path, out: Path, seed: int, steps: int, flags: 
 
 
 @contextmanager
-def serving(models: dict[str, Path], work: Path, args: tuple[str, ...] = ()):
-    """Each model behind its own `uv run inference` (engine hf, and `args`); yields name -> base URL."""
+def serving(models: dict[str, Path], work: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None):
+    """Each model behind its own `uv run inference` (engine hf, and `args`, with `env` added to this
+    process's environment); yields name -> base URL."""
     procs, urls = [], {}
     try:
         for name, path in models.items():
@@ -77,7 +79,8 @@ def serving(models: dict[str, Path], work: Path, args: tuple[str, ...] = ()):
             procs.append(subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(path),
                                            "--engine", "hf", "--port", str(port), "--output_dir", str(work / f"serve-{name}"),
                                            *args],
-                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(signal.SIGTERM)))
+                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                          preexec_fn=die_with_parent(signal.SIGTERM)))
         deadline = time.time() + 300
         for (name, url), proc in zip(urls.items(), procs):
             while not healthy(url):

@@ -2,7 +2,7 @@
 rollouts/s with volunteer workers against trusted inference alone.
 
     uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
-        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8]
+        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2]
     uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
     uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 3]
     (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
@@ -13,7 +13,10 @@ validator (tests/support/volunteers.py, as the tests wire them); an honest worke
 them) and each red-team cheat `--cheats`. Every audit's raw measurements are kept; the verdicts
 are the validator's at the config's default thresholds. The result: the
 honest maxima (what the thresholds must clear), false rejects, and per cheat its verdicts and
-false accepts (targets: no false accept, at most 1% false rejects).
+false accepts (targets: no false accept, at most 1% false rejects). With `--trusted-isa`, the
+trusted server's oneDNN kernels are capped at that instruction set (ONEDNN_MAX_CPU_ISA), as on a
+CPU without this one's AVX-512: a validator on another machine than its workers (written as
+`calibration-trusted-<ISA>`).
 
 overhead: per model (float32), 8 completions generated as one batch by the embedded engine as the
 worker runs it (keeping each token's last hidden state while decoding) and by one that keeps
@@ -106,10 +109,11 @@ async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int,
     return list(out)
 
 
-def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress) -> dict:
+def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "") -> dict:
     work.mkdir(parents=True, exist_ok=True)
     ps = prompts(model, max(honest, cheats))
-    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", dtype, "--device", "cpu")) as urls:
+    env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
+    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", dtype, "--device", "cpu"), env) as urls:
         async def go() -> dict:
             async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0) as (client, pool):
                 _, validator = client.volunteers
@@ -283,6 +287,7 @@ def main() -> None:
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--honest", type=int, default=64)
     p.add_argument("--cheats", type=int, default=8)
+    p.add_argument("--trusted-isa", default="", help="calibration: cap the trusted server's oneDNN kernels (e.g. AVX2)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
@@ -300,8 +305,9 @@ def main() -> None:
     if a.result == "calibration":
         sets = [(m, d) for m in models for d in a.dtypes.split(",")]
         with Progress("calibration", total=len(sets) * (1 + len(CHEATS)), unit="workers") as progress:
-            result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress))
-                              for m, d in sets}
+            result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress,
+                                                              a.trusted_isa)) for m, d in sets}
+        result["trusted_isa"] = a.trusted_isa or "default"
         table = ["| model, dtype | honest: n, false rejects; worst exp mismatches / mant mean / log-prob err / draw "
                  "distance | cheats: false accepts of n (caught by) |", "|---|---|---|"]
         for key, s in result["sets"].items():
@@ -331,9 +337,10 @@ def main() -> None:
     out = a.results / "volunteers.json"
     a.results.mkdir(parents=True, exist_ok=True)
     merged = json.loads(out.read_text()) if out.exists() else {}
-    merged[a.result] = result
+    name = f"{a.result}-trusted-{a.trusted_isa}" if a.result == "calibration" and a.trusted_isa else a.result
+    merged[name] = result
     out.write_text(json.dumps(merged, indent=1))
-    print("\n".join(["", *table, "", f"{a.result}: {result['machine']}, {result['date']}, commit {result['commit']}; "
+    print("\n".join(["", *table, "", f"{name}: {result['machine']}, {result['date']}, commit {result['commit']}; "
                       f"written {out}"]))
 
 
