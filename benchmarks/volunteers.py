@@ -96,17 +96,17 @@ def raw(m: dict) -> dict:
             "logprob_max_err": m["logprob_max_err"], "max_draw_distance": m["max_draw_distance"]}
 
 
-async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int, audits: list) -> list[tuple[str, dict]]:
-    """(verdict, raw measurements or {}) per prompt, 8 leases in flight at once."""
-    out, sem = [], asyncio.Semaphore(8)
+async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int, audits: dict) -> list[tuple[str, dict]]:
+    """(verdict, raw measurements or {}) per prompt, 8 leases in flight at once; `audits` holds each
+    audit's answer by the seed it was asked for (the leases' seeds are distinct)."""
+    sem = asyncio.Semaphore(8)
 
     async def one(i: int, p: list[int]):
         async with sem:
-            before = len(audits)
             _, _, verdict = await V.lease_once(client, pool, worker, p, seed0 + i, 64)
-            return verdict, (raw(audits[before]) if len(audits) > before and "chunks" in audits[before] else {})
-    out = await asyncio.gather(*(one(i, p) for i, p in enumerate(ps)))
-    return list(out)
+            m = audits.get(seed0 + i) or {}
+            return verdict, (raw(m) if "chunks" in m else {})
+    return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(ps))))
 
 
 def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "") -> dict:
@@ -117,12 +117,12 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
         async def go() -> dict:
             async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0) as (client, pool):
                 _, validator = client.volunteers
-                audits: list = []
+                audits: dict = {}
                 real = validator.audit
 
                 async def spy(body):
                     m = await real(body)
-                    audits.append(m or {})
+                    audits[body["seed"]] = m or {}
                     return m
                 validator.audit = spy
                 out = {}
@@ -134,10 +134,10 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
                         if name == "replayed proofs":  # another rollout's proofs, as many as each answer needs
                             kept: list = []
                             w.edit = lambda proofs: kept.append(proofs) or proofs
-                            await V.lease_once(client, pool, w, ps[-1], 10**6, 64)
+                            await V.lease_once(client, pool, w, ps[-1], 2**40, 64)
                             w.edit = lambda proofs: (kept[0] * len(proofs))[:len(proofs)]
                         n = honest if name == "honest" else cheats
-                        out[name] = await answers(client, pool, w, ps[:n], 1000 * len(out), audits)
+                        out[name] = await answers(client, pool, w, ps[:n], 10**6 * len(out), audits)
                     progress.advance(1, note=f"{model} {dtype} {name}: {dict(Counter(v or 'passed' for v, _ in out[name]))}")
                 return out
         return asyncio.run(go())
