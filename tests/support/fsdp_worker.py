@@ -1,5 +1,6 @@
 """Run under torchrun by test_fsdp.py: one trainer step on a fixed batch, dump what it produced."""
 
+import gc
 import json
 import random
 import sys
@@ -49,6 +50,13 @@ def dump(model, path: str) -> None:
 def main(model_dir: str, out: str, loss: str = "{}") -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
+    step(model_dir, out, loss)
+    gc.collect()  # the sharded models (which hold the process group's work) go before gloo is torn down
+    dist.barrier()  # neither rank tears gloo down while the other may still be talking to it
+    dist.destroy_process_group()
+
+
+def step(model_dir: str, out: str, loss: str) -> None:
     cfg = TrainerConfig(micro_batch_tokens=64, loss=json.loads(loss))
     mesh = dp_mesh(ParallelDims.of_world(1).build("cpu"))
     model = shard(load_model(model_dir), mesh)
@@ -74,8 +82,6 @@ def main(model_dir: str, out: str, loss: str = "{}") -> None:
     if dist.get_rank() == 0:
         with open(f"{out}/metrics.json", "w") as f:
             json.dump(metrics, f)
-    dist.barrier()  # neither rank tears gloo down while the other may still be talking to it
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
