@@ -4,7 +4,7 @@ rollouts/s with volunteer workers against trusted inference alone.
     uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
         [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2]
     uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
-    uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 3]
+    uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 5]
     (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
 
 calibration: per model and dtype, a trusted server (embedded engine) and the real pool and
