@@ -2,13 +2,15 @@
 rollouts/s with volunteer workers against trusted inference alone.
 
     uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
-        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2]
+        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2] [--served bfloat16]
     uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
     uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 5]
     (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
 
-calibration: per model and dtype, a trusted server (embedded engine) and the real pool and
-validator (tests/support/volunteers.py, as the tests wire them); an honest worker answers
+calibration: per model and dtype (`volunteers.dtype`: what workers generate and audits prefill
+in), a trusted server (embedded engine; serving in that dtype, or in `--served`'s: a bfloat16 run
+auditing in float32 through a copy of its weights, written as `calibration-served-<dtype>`) and
+the real pool and validator (tests/support/volunteers.py, as the tests wire them); an honest worker answers
 `--honest` leases (chat prompts, 64 tokens at temperature 1, 8 in flight so its engine batches
 them) and each red-team cheat `--cheats`. Every audit's raw measurements are kept; the verdicts
 are the validator's at the config's default thresholds. The result: the
@@ -109,13 +111,15 @@ async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int,
     return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(ps))))
 
 
-def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "") -> dict:
+def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "",
+              served: str = "") -> dict:
     work.mkdir(parents=True, exist_ok=True)
     ps = prompts(model, max(honest, cheats))
     env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
-    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", dtype, "--device", "cpu"), env) as urls:
+    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", served or dtype, "--device", "cpu"), env) as urls:
         async def go() -> dict:
-            async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0) as (client, pool):
+            async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0,
+                                  dtype=dtype) as (client, pool):
                 _, validator = client.volunteers
                 audits: dict = {}
                 real = validator.audit
@@ -127,7 +131,7 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
                 validator.audit = spy
                 out = {}
                 for name, (cls, attrs) in {"honest": (Worker, {}), **CHEATS}.items():
-                    w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype=dtype, max_model_len=1024)
+                    w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype="auto", max_model_len=1024)
                     for k, v in attrs.items():
                         setattr(w, k, v)
                     async with V.working(w):
@@ -288,6 +292,8 @@ def main() -> None:
     p.add_argument("--honest", type=int, default=64)
     p.add_argument("--cheats", type=int, default=8)
     p.add_argument("--trusted-isa", default="", help="calibration: cap the trusted server's oneDNN kernels (e.g. AVX2)")
+    p.add_argument("--served", default="", choices=["", "float32", "bfloat16"],
+                   help="calibration: the trusted server's dtype (default: each set's)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
@@ -306,8 +312,8 @@ def main() -> None:
         sets = [(m, d) for m in models for d in a.dtypes.split(",")]
         with Progress("calibration", total=len(sets) * (1 + len(CHEATS)), unit="workers") as progress:
             result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress,
-                                                              a.trusted_isa)) for m, d in sets}
-        result["trusted_isa"] = a.trusted_isa or "default"
+                                                              a.trusted_isa, a.served)) for m, d in sets}
+        result["trusted_isa"], result["served"] = a.trusted_isa or "default", a.served or "each set's dtype"
         table = ["| model, dtype | honest: n, false rejects; worst exp mismatches / mant mean / log-prob err / draw "
                  "distance | cheats: false accepts of n (caught by) |", "|---|---|---|"]
         for key, s in result["sets"].items():
@@ -337,7 +343,8 @@ def main() -> None:
     out = a.results / "volunteers.json"
     a.results.mkdir(parents=True, exist_ok=True)
     merged = json.loads(out.read_text()) if out.exists() else {}
-    name = f"{a.result}-trusted-{a.trusted_isa}" if a.result == "calibration" and a.trusted_isa else a.result
+    name = a.result + "".join(f"-{k}-{v}" for k, v in (("trusted", a.trusted_isa), ("served", a.served))
+                              if a.result == "calibration" and v)
     merged[name] = result
     out.write_text(json.dumps(merged, indent=1))
     print("\n".join(["", *table, "", f"{name}: {result['machine']}, {result['date']}, commit {result['commit']}; "

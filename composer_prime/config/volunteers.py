@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -72,9 +73,14 @@ class VolunteersConfig(Strict):
     burst: int = Field(400, ge=1, description="the bucket's size")
     eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
                                                   "key refused")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="what workers generate in and the audits "
+                                                  "prefill in, whatever the trusted servers serve in (a bfloat16 "
+                                                  "server audits through a float32 copy of the weights): at "
+                                                  "float32 the calibration caught every cheat; at bfloat16 weights "
+                                                  "within its noise pass (docs/volunteers.md)")
     thresholds: dict[str, Thresholds] = Field(default_factory=lambda: {d: Thresholds(**t) for d, t in CALIBRATED.items()},
-                                              description="the validator's thresholds per dtype of the trusted "
-                                                          "server (float32, bfloat16); a key given replaces that "
+                                              description="the validator's thresholds per dtype of the audit "
+                                                          "(float32, bfloat16); a key given replaces that "
                                                           "one value of the calibrated set")
     relays: list[str] = Field(default_factory=list, description="SHARDCAST servers workers pull weights from "
                                                                 "(`rl` names the run's); none: the weights "
@@ -92,10 +98,8 @@ class VolunteersConfig(Strict):
         return data
 
     def for_dtype(self, dtype: str | None) -> Thresholds:
-        """The thresholds for a trusted server computing in `dtype` (a 16-bit float: bfloat16's)."""
-        if dtype in self.thresholds:
-            return self.thresholds[dtype]
-        return self.thresholds["bfloat16" if dtype and "16" in dtype else "float32"]
+        """The thresholds for an audit computed in `dtype` (the one the trusted server says it used)."""
+        return self.thresholds[dtype if dtype in self.thresholds else self.dtype]
 
 
 class WorkerConfig(Strict):
@@ -109,8 +113,8 @@ class WorkerConfig(Strict):
                                                                                        "its public half is the node id)")
     work_dir: Path = Field(Path("outputs/worker"), description="downloaded weights")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto (the run's trusted servers' dtype: the validator's thresholds are "
-                                           "calibrated for a worker computing in it), float32 or bfloat16")
+    dtype: str = Field("auto", description="auto (the run's `volunteers.dtype`, which the audits compute in: "
+                                           "a worker in another one is rejected), float32 or bfloat16")
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens per sequence")
     concurrency: int = Field(8, ge=1, description="leases worked on at once (the engine decodes them as one batch)")
     max_leases: int = Field(0, ge=0, description="stop after this many submissions (0: until the run ends)")

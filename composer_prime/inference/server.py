@@ -19,6 +19,7 @@ import hmac
 import time
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -54,6 +55,7 @@ class AuditRequest(BaseModel):
     logprobs: list[float]
     seed: int
     sampling_params: SamplingParams
+    dtype: Literal["float32", "bfloat16"] | None = None  # the prefill's (None: the served one); the answer says which
 
 
 class ScoreRequest(BaseModel):
@@ -189,18 +191,22 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
 
         if len(req.logprobs) != len(req.token_ids) - req.prompt_len:
             raise HTTPException(status_code=400, detail="one log-prob per completion token")
-        version = state.version
-        older = None if req.weight_version == version else state.paths.get(req.weight_version)
-        if req.weight_version != version and (older is None or not Path(older, "model.safetensors").exists()):
+        version, served = state.version, getattr(state.engine, "dtype", None)
+        dtype = req.dtype or served
+        # the served model measures the served version in its dtype; anything else reads the weights from disk
+        copy = None if req.weight_version == version and dtype == served else state.paths.get(req.weight_version)
+        base = getattr(state.engine, "model_path", None)
+        readable = copy is not None and (copy == base or Path(copy, "model.safetensors").exists())
+        if (req.weight_version != version or dtype != served) and not readable:
             raise HTTPException(status_code=409, detail=f"serving v{version}; v{req.weight_version}'s step is not here")
         try:
-            hidden, logits = await state.engine.states(req.token_ids, req.prompt_len, older)
+            hidden, logits = await state.engine.states(req.token_ids, req.prompt_len, copy, dtype)
         except ValueError as e:
             raise HTTPException(status_code=400, detail=str(e)) from None
         except AttributeError:
             raise HTTPException(status_code=501, detail=f"{type(state.engine).__name__} exposes no hidden "
                                                         "states: audit with the embedded engine") from None
-        if older is None and state.version != version:  # the served weights changed under the prefill
+        if copy is None and state.version != version:  # the served weights changed under the prefill
             raise HTTPException(status_code=409, detail=f"serving v{state.version}, not v{req.weight_version}")
         try:
             chunks = toploc.measure(hidden, req.proofs)
@@ -209,7 +215,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
         except (RuntimeError, ValueError) as e:  # toploc missing, or proofs it cannot parse
             raise HTTPException(status_code=422, detail=f"proofs not measurable: {e}") from None
         checked = sampling.check(logits, req.token_ids[req.prompt_len:], req.logprobs, req.sampling_params, req.seed)
-        return {"weight_version": req.weight_version, "dtype": state.engine.dtype, "chunks": [dataclasses.asdict(c) for c in chunks],
+        return {"weight_version": req.weight_version, "dtype": dtype, "chunks": [dataclasses.asdict(c) for c in chunks],
                 **dataclasses.asdict(checked)}
 
     def openai_response(kind: str, gen, body: dict) -> JSONResponse:

@@ -68,7 +68,6 @@ class InferenceClient:
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self.requests = 0  # generate requests sent (after coalescing)
         self.served = 0  # the newest weight version a trusted server answered with (leases use it)
-        self.dtype: str | None = None  # what the trusted servers compute in (volunteers are asked to match it)
         self.volunteers: tuple[VolunteerPool, Any] | None = None  # (pool, validator): filters/volunteers.attach
 
     def _http(self) -> aiohttp.ClientSession:
@@ -192,7 +191,6 @@ class InferenceClient:
                 r.raise_for_status()
                 health = await r.json()
                 out.append(int(health["weight_version"]))
-                self.dtype = self.dtype or health.get("dtype")
         self.served = max(out)
         return out
 

@@ -4,7 +4,7 @@ An HTTP server in the orchestrator's event loop (`orchestrator.volunteers`, 127.
 default; beyond loopback only with `auth.keys_dir`, as every process). Routes, every body signed
 by the node's ed25519 key (contract/volunteer.py):
 
-    POST /pool/join       hello + the run's join token  -> the model, its dtype, where the weights are, the beat period
+    POST /pool/join       hello + the run's join token  -> the model, `volunteers.dtype`, where the weights are, the beat period
     POST /pool/heartbeat  hello                          -> 200, or 403 once the node is dead or ejected
     POST /pool/lease      hello                          -> a Lease chosen by the pool, or 204 after `wait_s`
     POST /pool/submit     Submission                     -> 202 received, 410 late, 403 unknown
@@ -27,7 +27,6 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import uvicorn
@@ -70,10 +69,8 @@ class Pending:
 
 
 class VolunteerPool:
-    def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str, weights: dict, model: str,
-                 dtype: Callable[[], str | None] = lambda: None) -> None:
+    def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str, weights: dict, model: str) -> None:
         self.cfg, self.nodes, self.token, self.weights, self.model = cfg, nodes, token, weights, model
-        self.dtype = dtype  # the trusted servers' (workers compute in it: the thresholds are calibrated per dtype)
         self.members: dict[str, Member] = {}
         self.ejected: set[str] = set()
         self.pending: dict[str, Pending] = {}
@@ -231,7 +228,7 @@ class VolunteerPool:
                 self.nodes.join(PREFIX + node)
                 log.info(f"volunteer {node[:12]} joined")
             member.last_beat = time.time()
-            return {"model": self.model, "weights": self.weights, "heartbeat_s": self.cfg.heartbeat_s, "dtype": self.dtype()}
+            return {"model": self.model, "weights": self.weights, "heartbeat_s": self.cfg.heartbeat_s, "dtype": self.cfg.dtype}
 
         @app.post("/pool/heartbeat")
         async def heartbeat(request: Request) -> dict:

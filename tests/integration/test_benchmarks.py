@@ -61,9 +61,10 @@ SMALLEST = {
                                      "--orchestrator.batch_size 32"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
-    # the tiny model in float32: 2 honest leases and 1 per cheat; one repeat of the costs; one worker, one batch of 8
-    "volunteers:calibration": lambda: ["--result", "calibration", "--models", "tiny", "--dtypes", "float32", "--honest", "2",
-                                       "--cheats", "1"],
+    # the tiny model audited in float32 on a server serving bfloat16 (a GPU run's default): 2 honest leases and 1 per
+    # cheat; one repeat of the costs; one worker, one batch of 8
+    "volunteers:calibration": lambda: ["--result", "calibration", "--models", "tiny", "--dtypes", "float32", "--served",
+                                       "bfloat16", "--honest", "2", "--cheats", "1"],
     "volunteers:overhead": lambda: ["--result", "overhead", "--models", "tiny", "--repeats", "1"],
     "volunteers:throughput": lambda: ["--result", "throughput", "--workers", "1", "--steps", "1", "--batch", "8",
                                       "--repeats", "1"],
@@ -250,11 +251,11 @@ def test_openenv(tmp_path):
 
 
 def test_volunteers_calibration(tmp_path):
-    out = run("volunteers:calibration", tmp_path)["calibration"]
+    out = run("volunteers:calibration", tmp_path)["calibration-served-bfloat16"]
     [(key, s)] = out["sets"].items()
-    assert key == "tiny float32" and out["thresholds"]["float32"]["logprob_tol"] == 2e-4
+    assert (key, out["served"]) == ("tiny float32", "bfloat16") and out["thresholds"]["float32"]["logprob_tol"] == 2e-4
     h = s["honest"]
-    assert (h["n"], h["false_rejects"], h["verdicts"]) == (2, 0, {"": 2})  # the same machine, the same dtype: exact
+    assert (h["n"], h["false_rejects"], h["verdicts"]) == (2, 0, {"": 2})  # the same machine, the same dtype
     # decoded states against a prefill: in float32 they round to the same bf16 values but for a few (2 of 128 at
     # most in 160 rollouts); the draws replay exactly
     assert h["max"]["exp_mismatches"] <= 2 and h["max"]["max_draw_distance"] == 0.0 and h["max"]["logprob_max_err"] < 1e-5

@@ -44,6 +44,17 @@ def loosened(check: str) -> dict:
     return {"thresholds": {"float32": out}}
 
 
+def serve_v1(model_dir, root, *flags: str):
+    """A trusted server (its process, url) serving the step v1 in `root`."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(model_dir),
+                              "--engine", "hf", "--port", str(port), "--output_dir", str(root.parent / f"inference-{port}"),
+                              *flags], lambda: httpx.get(f"{url}/health").status_code == 200)
+    assert httpx.post(f"{url}/update_weights", json={"path": str(step_dir(root, 1)), "version": 1}).status_code == 200
+    return proc, url
+
+
 @pytest.fixture(scope="module")
 def trusted(tiny_model_dir, tmp_path_factory):
     """(url, weights root): a trusted server at v1, the step a run's trainer would have published."""
@@ -57,12 +68,7 @@ def trusted(tiny_model_dir, tmp_path_factory):
     save_file({k: v + 0.02 * v.float().std() * torch.randn(v.shape, generator=g) for k, v in state.items()},
               step / "model.safetensors", metadata={"format": "pt"})
     (step / MARKER).write_text("{}")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(tiny_model_dir),
-                              "--engine", "hf", "--port", str(port), "--output_dir", str(root.parent / "inference")],
-                             lambda: httpx.get(f"{url}/health").status_code == 200)
-    assert httpx.post(f"{url}/update_weights", json={"path": str(step), "version": 1}).status_code == 200
+    proc, url = serve_v1(tiny_model_dir, root)
     yield url, root
     proc.terminate()
     proc.wait(timeout=30)
@@ -146,6 +152,41 @@ def test_an_older_version_or_a_changed_prompt_said_openly_is_rejected_before_any
         return out, audits
     verdicts, audits = run(trusted, tmp_path, body)
     assert verdicts == ["version", "prompt"] and audits == []  # cheap checks first: no trusted prefill spent
+
+
+def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_noise_are_caught(trusted, tiny_model_dir,
+                                                                                                 tmp_path):
+    """A run serving bfloat16 with `volunteers.dtype` float32 (the default): workers are told float32 at
+    join and the audit prefills a float32 copy of v1, so an honest worker passes float32's thresholds and
+    weights 1e-3 off (within bfloat16's noise: they pass a bfloat16 audit, docs/volunteers.md) do not.
+    The same server with `volunteers.dtype` bfloat16 audits on its served model: the honest worker,
+    now in bfloat16, passes bfloat16's thresholds."""
+    proc, bf16 = serve_v1(tiny_model_dir, trusted[1], "--dtype", "bfloat16")
+    try:
+        assert httpx.get(f"{bf16}/health").json()["dtype"] == "bfloat16"
+
+        async def body(client, pool):
+            _, validator = client.volunteers
+            real, said = validator.audit, []
+
+            async def spy(b):
+                m = await real(b)
+                said.append(m["dtype"])
+                return m
+            validator.audit = spy
+            honest, cheat = (V.make_worker(cls, pool, tmp_path, f"{name}-{pool.cfg.dtype}", dtype="auto")
+                             for cls, name in ((Worker, "honest"), (V.OtherWeights, "cheat")))
+            cheat.scale = 1e-3
+            async with V.working(honest), V.working(cheat):
+                verdicts = [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2]
+                            for w, seed in ((honest, 0), (honest, 1), (cheat, 2))]
+            return honest.engine.dtype, verdicts, said
+        assert run((bf16, trusted[1]), tmp_path, body) == ("float32", ["", "", "logprobs"], ["float32"] * 3)
+        dtype, verdicts, said = run((bf16, trusted[1]), tmp_path, body, dtype="bfloat16")
+        assert (dtype, verdicts[:2], said) == ("bfloat16", ["", ""], ["bfloat16"] * 3)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 PROOF_EDITS = {

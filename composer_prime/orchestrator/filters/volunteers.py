@@ -12,7 +12,8 @@ rollout goes on; the checks, cheapest first, each naming the rejection:
     malformed     tokens and log-probs agree, one proof per 32 tokens, no null proof, within
                   the leased token budget
     toploc        every chunk's proof within the calibrated thresholds, against one prefill
-                  of prompt + tokens on a trusted server (/inference/v1/audit)
+                  of prompt + tokens on a trusted server (/inference/v1/audit), computed in
+                  `volunteers.dtype` (the dtype workers are told to generate in)
     logprobs      claimed sampling log-probs within `logprob_tol` of the trusted ones
     sampling      each token is what the leased seed draws from the trusted distribution, within
                   `replay_margin` (verify/sampling.py)
@@ -73,7 +74,7 @@ class Validator:
             return "malformed"
         m = await self.audit({"weight_version": s.weight_version, "token_ids": lease.prompt_ids + s.token_ids,
                               "prompt_len": len(lease.prompt_ids), "proofs": s.proofs, "logprobs": s.logprobs,
-                              "seed": s.seed, "sampling_params": lease.sampling})
+                              "seed": s.seed, "sampling_params": lease.sampling, "dtype": self.cfg.dtype})
         if m is None:
             raise Unverifiable(f"no trusted server serves v{s.weight_version} any more")
         if "error" in m:  # the server could not measure it: ids outside the vocabulary, unreadable proofs
@@ -105,7 +106,7 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
         log.info(f"volunteers join with: uv run worker --join http://{v.host}:{v.port} --token_file {path}")
     weights = ({"type": "shardcast", "servers": v.relays, "public_key": auth.public_key(v.public_key)} if v.relays
                else {"type": "filesystem", "root": str(Path(cfg.output_dir).resolve() / "weights")})
-    pool = VolunteerPool(v, client.pool, token, weights, cfg.model, lambda: client.dtype)
+    pool = VolunteerPool(v, client.pool, token, weights, cfg.model)
     client.volunteers = (pool, Validator(v, pool.is_member, client.audit))
     return pool
 

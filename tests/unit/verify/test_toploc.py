@@ -50,7 +50,9 @@ def test_a_silent_build_failure_is_an_error(monkeypatch):
 def test_thresholds_cut_where_the_config_says():
     cfg = VolunteersConfig(thresholds={"float32": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0}})
     assert cfg.for_dtype("float32").logprob_tol == 2e-4  # the calibrated values the config did not replace
-    assert cfg.for_dtype("float16") is cfg.for_dtype("bfloat16") and cfg.for_dtype(None) is cfg.for_dtype("float32")
+    assert cfg.for_dtype("bfloat16").logprob_tol == 1.0 and cfg.for_dtype(None) is cfg.for_dtype("float32")
+    # an audit in a dtype without thresholds is judged by those of the dtype the run audits in
+    assert VolunteersConfig(dtype="bfloat16").for_dtype("float16") == VolunteersConfig().for_dtype("bfloat16")
     cfg = cfg.for_dtype("float32")
     assert cfg.chunk_passes({"exp_mismatches": 8, "mant_err_mean": 2.0, "mant_err_median": 1.0})
     for bad in ({"exp_mismatches": 9}, {"mant_err_mean": 2.01}, {"mant_err_median": 1.5}):

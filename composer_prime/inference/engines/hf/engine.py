@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -31,6 +32,7 @@ from composer_prime.inference.engines.hf.graphs import scheduler_for
 from composer_prime.inference.engines.hf.scheduler import GATHER_S, Request
 
 log = logging.getLogger(__name__)
+SIDE_COPIES = 2  # audits of two versions in flight (async level 2) do not reload a copy each time
 
 
 def _reply(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
@@ -56,7 +58,7 @@ class HFEngine:
         self.device, self.dtype, self.graphs = devices.resolve(device, dtype, graphs)
         self.max_batch = max_batch or (256 if self.device == "cuda" else 64)
         self._thread: threading.Thread | None = None
-        self._side: tuple[str, SlotModel] | None = None  # (step directory, a copy of the model holding it)
+        self._side: OrderedDict[tuple[str, str], SlotModel] = OrderedDict()  # (weights, dtype): a copy holding them
         self._copy_lock = threading.Lock()
 
     async def start(self) -> None:
@@ -135,11 +137,14 @@ class HFEngine:
         top = logp.topk(top_k, -1)  # sorted descending
         return Scores(actual.tolist(), top.indices.tolist(), top.values.tolist())
 
-    async def states(self, token_ids: list[int], start: int, weights: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    async def states(self, token_ids: list[int], start: int, weights: str | None = None,
+                     dtype: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Last hidden states and logits predicting token_ids[start:] (one prefill, returned on the CPU,
         logits in float32): what a TOPLOC proof commits to, and what a sampling check replays. With
-        `weights` (a step directory), under those weights instead of the served ones: a copy of the
-        model holds them (the last one asked for is kept), through the same prefill code."""
+        `weights` (a step directory, or the base model's) or a `dtype` other than the served one,
+        through the same prefill code on a copy of the model holding those weights in that dtype
+        (the last `SIDE_COPIES` asked for are kept): an older version's audit, or a float32 audit of
+        bfloat16-served weights (config/volunteers.py)."""
         check_score_args(token_ids, start, 1, 1.0, self.max_model_len)
         self._check_ids(token_ids)
 
@@ -147,18 +152,25 @@ class HFEngine:
         def run(slots: SlotModel) -> tuple[torch.Tensor, torch.Tensor]:
             hidden, logits = slots.states(token_ids, start)
             return hidden.cpu(), logits.float().cpu()
-        if weights is None:
+        if weights is None and dtype in (None, self.dtype):
             return await self._call(lambda: run(self.slots))
-        return await asyncio.to_thread(lambda: run(self._copy(weights)))
+        if weights is None:
+            raise ValueError("a dtype other than the served one needs the served weights' directory")
+        return await asyncio.to_thread(lambda: run(self._copy(weights, dtype or self.dtype)))
 
-    def _copy(self, weights: str) -> SlotModel:
+    def _copy(self, weights: str, dtype: str) -> SlotModel:
         with self._copy_lock:
-            if self._side is None or self._side[0] != weights:
-                model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, self.dtype),
+            key = (str(Path(weights).resolve()), dtype)
+            if key not in self._side:
+                while len(self._side) >= SIDE_COPIES:  # the oldest is freed before the new one loads
+                    self._side.popitem(last=False)
+                model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype),
                                                              attn_implementation=ATTENTION)
-                model.load_state_dict(self._read_step(weights), strict=False)  # checked: only a tied head is absent
-                self._side = (weights, SlotModel(model.to(self.device).eval(), 1, self.max_model_len))
-            return self._side[1]
+                if key[0] != str(Path(self.model_path).resolve()):  # a step: the base model's own weights need no load
+                    model.load_state_dict(self._read_step(weights), strict=False)  # checked: only a tied head is absent
+                self._side[key] = SlotModel(model.to(self.device).eval(), 1, self.max_model_len)
+            self._side.move_to_end(key)
+            return self._side[key]
 
     async def load_weights(self, path: str) -> None:
         """Read and check the whole step before touching the model: a bad step changes nothing. The
