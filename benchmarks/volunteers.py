@@ -2,7 +2,7 @@
 rollouts/s with volunteer workers against trusted inference alone.
 
     uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
-        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2] [--served bfloat16]
+        [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2] [--served bfloat16] [--engine vllm [--draws engine]]
     uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
     uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 5]
     (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
@@ -10,7 +10,9 @@ rollouts/s with volunteer workers against trusted inference alone.
 calibration: per model and dtype (`volunteers.dtype`: what workers generate and audits prefill
 in), a trusted server (embedded engine; serving in that dtype, or in `--served`'s: a bfloat16 run
 auditing in float32 through a copy of its weights, written as `calibration-served-<dtype>`) and
-the real pool and validator (tests/support/volunteers.py, as the tests wire them); an honest worker answers
+the real pool and validator; the workers generate with `--engine` (hf, or vllm: vLLM generates
+with the seeded sampler, or with `--draws engine` its own, tested statistically, and one prefill
+gives the proofs' states; written as `-engine-vllm[-draws-engine]`) (tests/support/volunteers.py, as the tests wire them); an honest worker answers
 `--honest` leases (chat prompts, 64 tokens at temperature 1, 8 in flight so its engine batches
 them) and each red-team cheat `--cheats`. Every audit's raw measurements are kept; the verdicts
 are the validator's at the config's default thresholds. The result: the
@@ -70,6 +72,7 @@ CHEATS = {  # name: (class, attributes)
     "weights 1e-2": (V.OtherWeights, {"scale": 1e-2}),
     "weights 1e-3": (V.OtherWeights, {"scale": 1e-3}),
     "tampered token": (V.TamperedTokens, {}),
+    "picked tokens": (V.PicksTokens, {}),
     "changed prompt token": (V.ChangedPrompt, {}),
     "claimed log-probs": (V.WrongLogprobs, {}),
     "replayed proofs": (V.Proofs, {"edit": None}),
@@ -95,7 +98,8 @@ def raw(m: dict) -> dict:
     return {"exp_mismatches": max(c["exp_mismatches"] for c in m["chunks"]),
             "mant_err_mean": max(c["mant_err_mean"] for c in m["chunks"]),
             "mant_err_median": max(c["mant_err_median"] for c in m["chunks"]),
-            "logprob_max_err": m["logprob_max_err"], "max_draw_distance": m["max_draw_distance"]}
+            "logprob_max_err": m["logprob_max_err"], "max_draw_distance": m["max_draw_distance"],
+            "min_pvalue": m["min_pvalue"], "surprisal_z": m["surprisal_z"]}
 
 
 async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int, audits: dict) -> list[tuple[str, dict]]:
@@ -112,7 +116,7 @@ async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int,
 
 
 def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "",
-              served: str = "") -> dict:
+              served: str = "", engine: str = "hf", draws: str = "seeded") -> dict:
     work.mkdir(parents=True, exist_ok=True)
     ps = prompts(model, max(honest, cheats))
     env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
@@ -131,7 +135,8 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
                 validator.audit = spy
                 out = {}
                 for name, (cls, attrs) in {"honest": (Worker, {}), **CHEATS}.items():
-                    w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype="auto", max_model_len=1024)
+                    w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype="auto", max_model_len=1024,
+                                      engine=engine, draws=draws)
                     for k, v in attrs.items():
                         setattr(w, k, v)
                     async with V.working(w):
@@ -149,10 +154,12 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
 
 def summarise(got: dict) -> dict:
     fields = ("exp_mismatches", "mant_err_mean", "mant_err_median", "logprob_max_err", "max_draw_distance")
+    low = ("min_pvalue", "surprisal_z")  # the statistics reject low values: their honest worst is the least
     honest = [m for _, m in got["honest"] if m]
     return {"honest": {"n": len(got["honest"]), "false_rejects": sum(v != "" for v, _ in got["honest"]),
                        "verdicts": dict(Counter(v for v, _ in got["honest"])),
-                       "max": {f: max((m[f] for m in honest), default=None) for f in fields}},
+                       "max": {f: max((m[f] for m in honest), default=None) for f in fields},
+                       "min": {f: min((m[f] for m in honest), default=None) for f in low}},
             "audits": {name: [m for _, m in rows] for name, rows in got.items()},  # to judge other thresholds by
             "cheats": {name: {"n": len(rows), "false_accepts": sum(v == "" for v, _ in rows),
                               "verdicts": dict(Counter(v for v, _ in rows)),
@@ -294,6 +301,8 @@ def main() -> None:
     p.add_argument("--trusted-isa", default="", help="calibration: cap the trusted server's oneDNN kernels (e.g. AVX2)")
     p.add_argument("--served", default="", choices=["", "float32", "bfloat16"],
                    help="calibration: the trusted server's dtype (default: each set's)")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="calibration: the workers' engine")
+    p.add_argument("--draws", default="seeded", choices=["seeded", "engine"], help="calibration: a vllm worker's sampler")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
@@ -312,14 +321,17 @@ def main() -> None:
         sets = [(m, d) for m in models for d in a.dtypes.split(",")]
         with Progress("calibration", total=len(sets) * (1 + len(CHEATS)), unit="workers") as progress:
             result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress,
-                                                              a.trusted_isa, a.served)) for m, d in sets}
+                                                              a.trusted_isa, a.served, a.engine, a.draws))
+                              for m, d in sets}
         result["trusted_isa"], result["served"] = a.trusted_isa or "default", a.served or "each set's dtype"
+        result["engine"], result["draws"] = a.engine, a.draws
         table = ["| model, dtype | honest: n, false rejects; worst exp mismatches / mant mean / log-prob err / draw "
-                 "distance | cheats: false accepts of n (caught by) |", "|---|---|---|"]
+                 "distance / n x min p-value / surprisal z | cheats: false accepts of n (caught by) |", "|---|---|---|"]
         for key, s in result["sets"].items():
-            h, mx = s["honest"], s["honest"]["max"]
+            h, mx, mn = s["honest"], s["honest"]["max"], s["honest"]["min"]
             table.append(f"| {key} | {h['n']}, {h['false_rejects']}; {mx['exp_mismatches']} / {mx['mant_err_mean']} / "
-                         f"{mx['logprob_max_err']:.2g} / {mx['max_draw_distance']:.2g} | " + "; ".join(
+                         f"{mx['logprob_max_err']:.2g} / {mx['max_draw_distance']:.2g} / {mn['min_pvalue']:.2g} / "
+                         f"{mn['surprisal_z']:.2f} | " + "; ".join(
                              f"{c}: {x['false_accepts']}/{x['n']} ({', '.join(sorted(k for k in x['verdicts'] if k))})"
                              for c, x in s["cheats"].items()) + " |")
     elif a.result == "overhead":
@@ -343,7 +355,9 @@ def main() -> None:
     out = a.results / "volunteers.json"
     a.results.mkdir(parents=True, exist_ok=True)
     merged = json.loads(out.read_text()) if out.exists() else {}
-    name = a.result + "".join(f"-{k}-{v}" for k, v in (("trusted", a.trusted_isa), ("served", a.served))
+    name = a.result + "".join(f"-{k}-{v}" for k, v in (("trusted", a.trusted_isa), ("served", a.served),
+                                                        ("engine", "" if a.engine == "hf" else a.engine),
+                                                        ("draws", "" if a.draws == "seeded" else a.draws))
                               if a.result == "calibration" and v)
     merged[name] = result
     out.write_text(json.dumps(merged, indent=1))

@@ -33,6 +33,11 @@ class Thresholds(Strict):
     logprob_tol: float = Field(gt=0, description="max |claimed - trusted| sampling log-prob")
     replay_margin: float = Field(ge=0, le=1, description="how far (a fraction of the probability mass) a token's "
                                                           "CDF interval may lie from its seeded draw")
+    min_pvalue: float = Field(1e-4, ge=0, le=1, description="a sampler no one can replay (vLLM's): n x the "
+                                                           "smallest p-value of its tokens may not be below this")
+    min_surprisal_z: float = Field(-4.5, le=0, description="a sampler no one can replay: its tokens' summed "
+                                                           "surprisal may not lie this many standard deviations "
+                                                           "below draws' (tokens picked, not drawn)")
 
     def chunk_passes(self, chunk: Mapping[str, float]) -> bool:
         """A TOPLOC chunk's measurements (verify/toploc.py `ChunkCheck`) within the thresholds."""
@@ -71,6 +76,10 @@ class VolunteersConfig(Strict):
                                                    "task goes to another node")
     rate: float = Field(200.0, gt=0, description="requests per second a node may make (token bucket); more: 429")
     burst: int = Field(400, ge=1, description="the bucket's size")
+    samplers: list[Literal["seeded", "any"]] = Field(["seeded", "any"], description="samplers a submission may "
+                                                     "declare: seeded (the embedded engine's: its draws are replayed), "
+                                                     "any (vLLM workers: a statistical test, which a plausible "
+                                                     "substituted token passes)")
     eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
                                                   "key refused")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="what workers generate in and the audits "
@@ -113,6 +122,13 @@ class WorkerConfig(Strict):
                                                                                        "its public half is the node id)")
     work_dir: Path = Field(Path("outputs/worker"), description="downloaded weights")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    engine: Literal["hf", "vllm"] = Field("hf", description="hf: the embedded engine; vllm: vLLM generates and one "
+                                                         "prefill on the embedded engine gives the proofs' states and "
+                                                         "the log-probs (the model is held twice)")
+    draws: Literal["seeded", "engine"] = Field("seeded", description="vllm: seeded, the run's seeded sampler (the "
+                                                                   "validator replays each draw); engine, vLLM's own "
+                                                                   "(tested statistically: a plausible token put in "
+                                                                   "place of a drawn one passes)")
     dtype: str = Field("auto", description="auto (the run's `volunteers.dtype`, which the audits compute in: "
                                            "a worker in another one is rejected), float32 or bfloat16")
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens per sequence")

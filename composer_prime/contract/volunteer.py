@@ -5,8 +5,8 @@ A `Lease` is chosen by the run's pool, never by the node: the task (its prompt, 
 the sampling parameters and seed, the weight version to generate with (the trusted servers'
 when the lease is made: the validator's prefill runs with those weights), a deadline. A `Submission`
 is what the node generated for it: the token ids, its sampling log-probs, the weight version it
-used, TOPLOC proofs over its last hidden states (one per 32-token chunk, base64), signed with the
-node's ed25519 key over `signed_bytes()` (canonical JSON of every other field). The node never
+used, TOPLOC proofs over its last hidden states (one per 32-token chunk, base64), the sampler it
+drew with (`SAMPLERS`: whether the validator can replay its draws), signed with the node's ed25519 key over `signed_bytes()` (canonical JSON of every other field). The node never
 reports a reward: the run recomputes it. A node's other requests (join, heartbeat, lease) are a
 `hello`: its id, the route and the time, signed, so nobody can beat or take leases for another
 node. Torch-free, so a volunteer installs inference only.
@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from composer_prime.contract.batches import SchemaError
 
 CHUNK = 32  # tokens per TOPLOC proof (INTELLECT-2's and prime-rl's boundary)
+SAMPLERS = ("seeded", "any")  # the embedded engine's seeded draws (replayed exactly); any other (vLLM's: tested)
 
 
 def prompt_hash(prompt_ids: list[int]) -> str:
@@ -58,6 +59,7 @@ class Submission:
     logprobs: list[float]  # the sampling log-prob of each token
     seed: int
     proofs: list[str] = field(default_factory=list)  # base64 TOPLOC proofs, one per CHUNK tokens
+    sampler: str = "seeded"  # one of SAMPLERS
     signature: str = ""  # hex ed25519 signature of signed_bytes()
 
     def signed_bytes(self) -> bytes:
@@ -107,6 +109,8 @@ def check_submission(s: Submission) -> None:
         raise SchemaError(f"submission {s.lease_id}: {len(s.token_ids)} tokens and {len(s.logprobs)} log-probs")
     if not all(math.isfinite(x) and x <= 0 for x in s.logprobs):
         raise SchemaError(f"submission {s.lease_id}: log-probs must be finite and at most 0")
+    if s.sampler not in SAMPLERS:
+        raise SchemaError(f"submission {s.lease_id}: sampler {s.sampler!r} is not one of {SAMPLERS}")
     if len(s.proofs) != math.ceil(len(s.token_ids) / CHUNK):
         raise SchemaError(f"submission {s.lease_id}: {len(s.proofs)} proofs for {len(s.token_ids)} tokens "
                           f"(one per {CHUNK})")

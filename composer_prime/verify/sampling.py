@@ -1,4 +1,4 @@
-"""Did the node sample what the trusted model says it sampled? Two checks over the trusted prefill's
+"""Did the node sample what the trusted model says it sampled? Checks over the trusted prefill's
 logits at the completion's positions (no generation: one forward pass).
 
 - **Log-probs**: the node's claimed sampling log-prob of each token must equal the trusted one,
@@ -9,6 +9,18 @@ logits at the completion's positions (no generation: one forward pass).
   within `replay_margin` of) each claimed token's CDF interval: `draw_distance`, as a fraction of
   the distribution's mass. A token the node picked rather than drew, or drew at another seed or
   temperature, lies far from u (a distance of order its own probability mass or more).
+- **Statistics**, for a sampler no one can replay (vLLM's: a submission's `sampler` "any"): with q_i
+  the distribution token i was drawn from (logits / T, within the top-p nucleus) and x_i the token,
+
+      p-value_i   = sum_y q_i(y) [q_i(y) <= q_i(x_i)]           (the mass at most as likely as x_i)
+      min_pvalue  = n * min_i p-value_i                        (Bonferroni over the n tokens)
+      surprisal_z = sum_i (s_i - H_i) / sqrt(sum_i V_i),  s_i = -log q_i(x_i), H_i = E[s_i], V_i = Var[s_i]
+
+  Honest draws give p-values uniform on [0, 1] (so min_pvalue < a with probability at most a) and
+  a z of mean 0 and variance 1. A token no draw would plausibly give has a tiny p-value; tokens
+  picked rather than drawn (the likeliest, a lower temperature) are less surprising than draws:
+  z far below 0. A plausible token put in place of the drawn one is not caught: only the replay
+  can (docs/volunteers.md).
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.model.sampling import draw_distance, sample, stream_keys
+from composer_prime.model.sampling import draw_distance, nucleus_mask, sample, stream_keys
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,26 @@ class SamplingCheck:
     replay_mismatches: int  # tokens the seeded replay draws differently
     max_draw_distance: float  # the farthest a claimed token's CDF interval is from its uniform draw
     tokens: int
+    min_pvalue: float = 1.0  # n x the smallest p-value (capped at 1): for samplers no one can replay
+    surprisal_z: float = 0.0
+
+
+def statistics(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams) -> tuple[float, float]:
+    """(min_pvalue, surprisal_z) of `tokens` as draws from `logits` (above); float64 throughout."""
+    z = logits.double() / max(params.temperature, 1e-5)
+    q = torch.softmax(z, -1)
+    if params.top_p < 1:  # the nucleus a draw came from (the claimed token always in it: noise at its edge)
+        keep = nucleus_mask(q, torch.full((len(q),), params.top_p)).scatter(-1, tokens[:, None], True)
+        q = torch.where(keep, q, 0.0)
+        q = q / q.sum(-1, keepdim=True)
+    qx = q.gather(-1, tokens[:, None])
+    pvalues = (q * (q <= qx)).sum(-1).clamp(max=1.0)
+    logq = torch.where(q > 0, q.log(), 0.0)
+    entropy = -(q * logq).sum(-1)
+    var = (q * logq**2).sum(-1) - entropy**2
+    s = -qx.squeeze(-1).log()
+    zscore = (s - entropy).sum() / var.sum().clamp(min=1e-12).sqrt()
+    return float(min(1.0, len(tokens) * pvalues.min().item())), float(zscore)
 
 
 def check(logits: torch.Tensor, tokens: list[int], claimed: list[float], params: SamplingParams, seed: int) -> SamplingCheck:
@@ -40,4 +72,5 @@ def check(logits: torch.Tensor, tokens: list[int], claimed: list[float], params:
     far = draw_distance(z, temps, top_p, keys, counters, ids)
     trusted = torch.log_softmax(z / max(params.temperature, 1e-5), -1).gather(-1, ids[:, None]).squeeze(-1)
     err = (trusted - torch.tensor(claimed)).abs().max().item() if n else 0.0
-    return SamplingCheck(float(err), int((drawn != ids).sum()), float(far.max()) if n else 0.0, n)
+    pmin, zscore = statistics(logits, ids, params) if n else (1.0, 0.0)
+    return SamplingCheck(float(err), int((drawn != ids).sum()), float(far.max()) if n else 0.0, n, pmin, zscore)

@@ -9,7 +9,9 @@ The worker listens on nothing; it only calls the run's pool (orchestrator/volunt
 3. hold exactly the leased weight version (pulled and verified through SHARDCAST: signatures
    and shard hashes, transports/weights/shardcast/), generate with the embedded engine and the
    leased seed, keeping each generated token's last hidden state as it is decoded (no second
-   forward), build TOPLOC proofs over them (verify/toploc.py), sign the submission and send it.
+   forward; with `engine = "vllm"`, vLLM generates and one prefill gives the states:
+   volunteer/engines.py), build TOPLOC proofs over them (verify/toploc.py), sign the submission
+   and send it.
 
 The node never reports a reward. The steps are methods (`generate`, `prove`, `submission`) so a
 test's dishonest worker overrides one of them and nothing else.
@@ -32,10 +34,10 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import WorkerConfig
 from composer_prime.contract.inference import Generation
 from composer_prime.contract.volunteer import Lease, Submission, hello, node_id
-from composer_prime.inference.engines.hf.engine import HFEngine
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports.weights.filesystem import MARKER, step_dir
 from composer_prime.verify import toploc
+from composer_prime.volunteer.engines import make_engine
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ class Worker:
         self.url = cfg.join.rstrip("/")
         self.version = 0  # the weights the engine holds
         self.submitted = 0
-        self.engine: HFEngine | None = None
+        self.engine = None  # volunteer/engines.py, once joined
         self._http: aiohttp.ClientSession | None = None
         self._cond = asyncio.Condition()  # guards `version` and `_users` (leases using the weights)
         self._users = 0
@@ -85,8 +87,8 @@ class Worker:
                 model_dir = await asyncio.to_thread(resolve_model, info["model"])  # may convert it, once
                 self.weights, self.model_dir = info["weights"], model_dir
                 dtype = self.cfg.dtype if self.cfg.dtype != "auto" else info.get("dtype") or "auto"  # the run's, by default
-                self.engine = HFEngine(model_dir, info["model"], max_model_len=self.cfg.max_model_len,  # a row per lease loop
-                                       max_batch=self.cfg.concurrency, device=self.cfg.device, dtype=dtype, keep_states=True)
+                self.engine = make_engine(self.cfg.engine, model_dir, info["model"], self.cfg.max_model_len,
+                                          self.cfg.concurrency, self.cfg.device, dtype, self.cfg.draws)
                 await self.engine.start()
                 await self._work(beat)
             finally:
@@ -174,7 +176,7 @@ class Worker:
 
     def submission(self, lease: Lease, gen: Generation, proofs: list[str]) -> Submission:
         return Submission(self.node, lease.lease_id, self.version, lease.prompt_sha256, gen.token_ids, gen.logprobs,
-                          lease.sampling["seed"], proofs).signed(self.key)
+                          lease.sampling["seed"], proofs, self.engine.sampler).signed(self.key)
 
     @contextlib.asynccontextmanager
     async def holding(self, version: int, deadline: float):

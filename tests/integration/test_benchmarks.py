@@ -80,7 +80,7 @@ PROGRESS = {"quickstart": {"quickstart": (1, 1)}, "broadcast": {"broadcast": (3,
             "real_model": {"decode": (12, 12)},  # 2 batches x (a warm-up + 1 repeat) x 3 systems
             "real_model:breakdown": {"breakdown": (2, 2)},  # one engine, as shipped and synchronous
             "real_model:learning": {"learning": (1, 1)},  # one seed
-            "volunteers:calibration": {"calibration": (8, 8)},  # the honest worker and 7 cheats
+            "volunteers:calibration": {"calibration": (9, 9)},  # the honest worker and 8 cheats
             "volunteers:overhead": {"overhead": (1, 1)}, "volunteers:throughput": {"throughput": (2, 2)}}
 
 
@@ -261,9 +261,11 @@ def test_volunteers_calibration(tmp_path):
     assert h["max"]["exp_mismatches"] <= 2 and h["max"]["max_draw_distance"] == 0.0 and h["max"]["logprob_max_err"] < 1e-5
     assert {k: len(v) for k, v in s["audits"].items()} == {"honest": 2, **{c: 1 for c in s["cheats"]}}
     assert sorted(s["cheats"]) == sorted(["another model", "weights 1e-2", "weights 1e-3", "tampered token",
-                                          "changed prompt token", "claimed log-probs", "replayed proofs"])
+                                          "picked tokens", "changed prompt token", "claimed log-probs",
+                                          "replayed proofs"])
     assert all(c["n"] == 1 and c["false_accepts"] == 0 and "" not in c["verdicts"] for c in s["cheats"].values())
     assert s["cheats"]["another model"]["verdicts"] == {"toploc": 1} and s["cheats"]["tampered token"]["verdicts"] == {"sampling": 1}
+    assert s["cheats"]["picked tokens"]["verdicts"] == {"sampling": 1}  # the seeded replay sees it
 
 
 def test_volunteers_overhead(tmp_path):

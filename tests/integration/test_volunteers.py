@@ -189,6 +189,46 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
         proc.wait(timeout=30)
 
 
+def vllm_leases(trusted, tmp_path, draws: str) -> tuple[list[str], list[dict]]:
+    """A worker generating with vLLM (`engine = "vllm"`, `draws`) answers two leases honestly, then two
+    more cheating: a tampered token, then the likeliest tokens where the lease asks for draws (log-probs
+    and proofs rebuilt honestly over both: only the sampling check can see them). Its verdicts and the
+    audits' measurements."""
+    async def body(client, pool):
+        w = V.make_worker(V.Substitutes, pool, tmp_path, f"vllm-{draws}", engine="vllm", draws=draws)
+        _, validator = client.volunteers
+        real, measured = validator.audit, []
+
+        async def spy(b):
+            m = await real(b)
+            measured.append(m)
+            return m
+        validator.audit = spy
+        verdicts = []
+        async with V.working(w):
+            for seed, (w.tamper, w.pick) in enumerate([(False, False)] * 2 + [(True, False), (False, True)]):
+                verdicts.append((await V.lease_once(client, pool, w, PROMPT, seed, 70))[2])
+        return verdicts, measured
+    return run(trusted, tmp_path, body, eject_after=10)
+
+
+def test_a_vllm_worker_draws_with_the_seeded_sampler_and_is_replayed(trusted, tmp_path):
+    """vLLM draws through the seeded-draws logits processor: its tokens replay on the trusted prefill (at
+    float32's 1e-5 margin, as the embedded engine's), so a tampered token and picked tokens fail `sampling`."""
+    verdicts, measured = vllm_leases(trusted, tmp_path, "seeded")
+    assert verdicts == ["", "", "sampling", "sampling"]
+    assert max(m["max_draw_distance"] for m in measured[:2]) <= 1e-5 < min(m["max_draw_distance"] for m in measured[2:])
+
+
+def test_vllms_own_draws_are_tested_statistically_and_picked_tokens_fail(trusted, tmp_path):
+    """With vLLM's own sampler (`draws = "engine"`, sampler "any") nothing replays: the honest answers pass
+    the statistics, picked tokens fail the surprisal test; the tampered token, a plausible one here, passes
+    (the statistical check's limit, docs/volunteers.md)."""
+    verdicts, measured = vllm_leases(trusted, tmp_path, "engine")
+    assert verdicts[:2] == ["", ""] and verdicts[3] == "sampling"
+    assert measured[3]["surprisal_z"] < -4.5 < min(m["surprisal_z"] for m in measured[:2])
+
+
 PROOF_EDITS = {
     "truncated": lambda proofs: proofs[:-1],
     "missing": lambda proofs: [],

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 from pathlib import Path
 
 import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from safetensors.torch import save_file
 
 from composer_prime.config.models import OrchestratorConfig
 from composer_prime.config.volunteers import WorkerConfig
@@ -91,7 +93,8 @@ def perturb(engine, scale: float, seed: int = 0) -> None:
 
 class OtherWeights(Worker):
     """The right architecture with other weights: `scale` relative noise on whatever it holds (a
-    different model at 1)."""
+    different model at 1). A vLLM worker's prefill engine is perturbed and vLLM loads the same
+    weights from a step directory."""
 
     scale = 1e-2
     perturbed = -1  # the version whose weights it last perturbed
@@ -99,7 +102,17 @@ class OtherWeights(Worker):
     async def generate(self, lease):
         if self.perturbed != self.version:  # while it holds the weights: no swap can come between
             self.perturbed = self.version
-            await self.engine._call(lambda: perturb(self.engine, self.scale), exclusive=True)
+            engine = getattr(self.engine, "prefill", self.engine)
+            await engine._call(lambda: perturb(engine, self.scale), exclusive=True)
+            if engine is not self.engine:
+                step = self.cfg.work_dir / "perturbed" / f"v{self.version}"
+                step.mkdir(parents=True, exist_ok=True)
+                for f in Path(self.model_dir).glob("*.json"):  # config and tokenizer files, as a step has them
+                    shutil.copy(f, step)
+                save_file({k: v.contiguous() for k, v in engine.model.state_dict().items()
+                           if k != "lm_head.weight" or not engine.model.config.tie_word_embeddings},
+                          str(step / "model.safetensors"), metadata={"format": "pt"})
+                await self.engine.vllm.load_weights(str(step))
         return await super().generate(lease)
 
 
@@ -117,17 +130,34 @@ class ClaimsOldVersion(Worker):
         pass
 
 
-class TamperedTokens(Worker):
-    """Replaces a token mid-completion, proofs and log-probs rebuilt honestly over the result."""
+class Substitutes(Worker):
+    """Puts other tokens in place of its draws, log-probs and proofs rebuilt honestly over them (one
+    prefill): with `tamper`, one token mid-completion; with `pick`, the likeliest tokens (generated at
+    temperature 0) where the lease asks for draws. Only the sampling check can see either."""
+
+    tamper = pick = False
 
     async def generate(self, lease):
-        gen, _ = await super().generate(lease)
-        ids = list(gen.token_ids)
-        ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 300
-        hidden, logits = await self.engine.states(lease.prompt_ids + ids, len(lease.prompt_ids))
+        if not (self.tamper or self.pick):
+            return await super().generate(lease)
         t = lease.sampling.get("temperature", 1.0)
+        gen, _ = await super().generate(dataclasses.replace(lease, sampling={**lease.sampling, "temperature": 0.0})
+                                        if self.pick else lease)
+        ids = list(gen.token_ids)
+        if self.tamper:
+            ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % 300
+        engine = getattr(self.engine, "prefill", self.engine)  # a vLLM worker's prefill engine
+        hidden, logits = await engine.states(lease.prompt_ids + ids, len(lease.prompt_ids))
         lp = torch.log_softmax(logits / t, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1).tolist()
         return dataclasses.replace(gen, token_ids=ids, logprobs=lp), hidden
+
+
+class TamperedTokens(Substitutes):
+    tamper = True
+
+
+class PicksTokens(Substitutes):
+    pick = True
 
 
 class ChangedPrompt(Worker):

@@ -7,6 +7,7 @@ rollout goes on; the checks, cheapest first, each naming the rejection:
     unregistered  that node is a member of the pool, not ejected
     lease         it answers the lease given to that node; `prompt`: its prompt hash is the
                   leased prompt's (TOPLOC does not prove the prompt); `seed`: the leased seed
+    sampler       it drew with a sampler the run accepts (`volunteers.samplers`)
     version       it used the leased weight version (older: rejected; newer than the trusted
                   servers': `Unverifiable`, the task goes to another node, nothing is charged)
     malformed     tokens and log-probs agree, one proof per 32 tokens, no null proof, within
@@ -16,7 +17,8 @@ rollout goes on; the checks, cheapest first, each naming the rejection:
                   `volunteers.dtype` (the dtype workers are told to generate in)
     logprobs      claimed sampling log-probs within `logprob_tol` of the trusted ones
     sampling      each token is what the leased seed draws from the trusted distribution, within
-                  `replay_margin` (verify/sampling.py)
+                  `replay_margin`; from a sampler no one can replay (vLLM's, `sampler` "any"), the
+                  tokens pass a test of being draws from it (verify/sampling.py)
 
 Rewards are never a node's to report: the environment scores every rollout on the trusted side.
 The pool counts each verdict per node and ejects at `eject_after` rejections. A rejected
@@ -62,6 +64,8 @@ class Validator:
             return "prompt"
         if s.seed != lease.sampling.get("seed"):
             return "seed"
+        if s.sampler not in self.cfg.samplers:
+            return "sampler"
         if s.weight_version < lease.weight_version:
             return "version"
         if s.weight_version > lease.weight_version:
@@ -84,7 +88,9 @@ class Validator:
             return "toploc"
         if m["logprob_max_err"] > c.logprob_tol:
             return "logprobs"
-        if m["max_draw_distance"] > c.replay_margin:
+        if s.sampler == "seeded" and m["max_draw_distance"] > c.replay_margin:
+            return "sampling"
+        if s.sampler != "seeded" and (m["min_pvalue"] < c.min_pvalue or m["surprisal_z"] < c.min_surprisal_z):
             return "sampling"
         return ""
 

@@ -40,3 +40,30 @@ def test_another_seed_or_temperature_or_claimed_logprobs_disagree():
     assert sampling.check(logits, ids, lps, SamplingParams(temperature=0.5), 7).logprob_max_err > 0.1
     shifted = [x - 0.01 for x in lps]
     assert abs(sampling.check(logits, ids, shifted, SamplingParams(), 7).logprob_max_err - 0.01) < 1e-5
+
+
+def test_honest_draws_pass_the_statistics_and_picked_or_improbable_tokens_do_not():
+    """Over 40 seeds of 64 draws each: n x min p-value never below 1e-3 and z within 4.5 (its
+    honest spread); the likeliest token every time: z far below; one token no draw would give: a
+    p-value that small. At top-p 0.8 alike (the nucleus renormalised)."""
+    logits = torch.randn(64, 200, generator=torch.Generator().manual_seed(1)) * 2
+    for top_p in (1.0, 0.8):
+        params = SamplingParams(top_p=top_p)
+        honest = [sampling.check(logits, *[t.tolist() for t in sample(
+            logits, torch.ones(64), torch.full((64,), top_p), stream_keys([s] * 64), torch.arange(64), top_p < 1)],
+            params, s) for s in range(40)]
+        assert min(c.min_pvalue for c in honest) > 1e-3 and max(abs(c.surprisal_z) for c in honest) < 4.5
+        assert abs(sum(c.surprisal_z for c in honest) / 40) < 0.5  # centred
+        greedy = logits.argmax(-1)
+        assert sampling.check(logits, greedy.tolist(), [0.0] * 64, params, 0).surprisal_z < -8
+        ids = sample(logits, torch.ones(64), torch.full((64,), top_p), stream_keys([0] * 64), torch.arange(64),
+                     top_p < 1)[0]
+        ids[10] = logits[10].argmin()
+        assert sampling.check(logits, ids.tolist(), [0.0] * 64, params, 0).min_pvalue < 1e-3 < honest[0].min_pvalue
+
+
+def test_the_p_value_and_z_by_hand():
+    # q = (0.2, 0.3, 0.5); token 1: p-value 0.2 + 0.3 = 0.5, one token: n x min = 0.5
+    # s = -log 0.3 = 1.20397, H = 1.02965, V = sum q log^2 q - H^2 = 1.19315 - 1.06018 = 0.13296 -> z = 0.47806
+    c = sampling.check(torch.tensor([[0.2, 0.3, 0.5]]).log(), [1], [0.0], SamplingParams(), 0)
+    assert (c.min_pvalue, c.surprisal_z) == (pytest.approx(0.5), pytest.approx(0.47806, abs=1e-4))

@@ -50,6 +50,7 @@ def _reply(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
 
 
 class HFEngine:
+    sampler = "seeded"  # its draws replay from (seed, token index) alone: what a volunteer's submission says
     def __init__(self, model_path: str, model_name: str, max_model_len: int = 512, max_batch: int | None = None,
                  device: str = "auto", dtype: str = "auto", graphs: str = "auto", keep_states: bool = False) -> None:
         """`keep_states`: keep each drawn token's last hidden state (batch.py), for `generate_with_states`."""

@@ -1,0 +1,49 @@
+"""The validator's branch on a submission's sampler (orchestrator/filters/volunteers.py), with the
+trusted server's audit answered in memory: a sampler the run does not accept is refused before any
+prefill; seeded draws are judged by the replay's distance alone, any other sampler's by the
+statistics alone (verify/sampling.py), each at the thresholds of the audit's dtype."""
+
+import asyncio
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from composer_prime.config.volunteers import VolunteersConfig
+from composer_prime.contract.volunteer import CHUNK, Lease, Submission, node_id
+from composer_prime.orchestrator.filters.volunteers import Validator
+
+KEY = Ed25519PrivateKey.generate()
+LEASE = Lease("l1", "env", [1, 2, 3], {"seed": 9, "max_tokens": 8}, 4, 0.0)
+CLEAN = {"dtype": "float32", "chunks": [{"exp_mismatches": 0, "mant_err_mean": 0.0, "mant_err_median": 0.0}],
+         "logprob_max_err": 0.0, "max_draw_distance": 0.0, "min_pvalue": 1.0, "surprisal_z": 0.0}
+PROOF = "AQID"  # three bytes, not null
+
+
+def verdict(sampler: str, measured: dict, **cfg) -> tuple[str, int]:
+    audits = []
+
+    async def audit(body):
+        audits.append(body)
+        return {**CLEAN, **measured}
+    v = Validator(VolunteersConfig(**cfg), lambda node: True, audit)
+    sub = Submission(node_id(KEY), "l1", 4, LEASE.prompt_sha256, [5] * 8, [-0.5] * 8, 9, [PROOF] * (8 // CHUNK + 1),
+                     sampler).signed(KEY)
+    return asyncio.run(v.check(LEASE, sub)), len(audits)
+
+
+@pytest.mark.parametrize("sampler", ["seeded", "any"])
+def test_clean_measurements_pass_either_sampler(sampler):
+    assert verdict(sampler, {}) == ("", 1)
+
+
+def test_a_sampler_the_run_refuses_costs_no_prefill():
+    assert verdict("any", {}, samplers=["seeded"]) == ("sampler", 0)
+    assert verdict("nucleus", {}) == ("sampler", 0)  # not one the contract knows
+
+
+def test_seeded_draws_are_judged_by_the_replay_and_other_samplers_by_the_statistics():
+    far, improbable, picked = {"max_draw_distance": 0.5}, {"min_pvalue": 5e-5}, {"surprisal_z": -4.6}
+    assert [verdict("seeded", m)[0] for m in (far, improbable, picked)] == ["sampling", "", ""]
+    assert [verdict("any", m)[0] for m in (far, improbable, picked)] == ["", "sampling", "sampling"]
+    # at the thresholds themselves: passes (1e-4, -4.5 calibrated)
+    assert verdict("any", {"min_pvalue": 1e-4, "surprisal_z": -4.5})[0] == ""
