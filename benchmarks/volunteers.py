@@ -122,8 +122,9 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
     env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
     with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", served or dtype, "--device", "cpu"), env) as urls:
         async def go() -> dict:
+            # the shipped beat (2 s, dead after 3 missed): a vLLM worker starting takes this machine's cores
             async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0,
-                                  dtype=dtype) as (client, pool):
+                                  dtype=dtype, heartbeat_s=2.0) as (client, pool):
                 _, validator = client.volunteers
                 audits: dict = {}
                 real = validator.audit
