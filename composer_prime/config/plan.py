@@ -84,10 +84,6 @@ def plan(cfg: RLConfig, provenance: dict[str, str] | None = None, resume_from: t
         if orch.volunteers.enabled and not orch.volunteers.relays:  # volunteers pull from the run's own relays
             orch = orch.model_copy(update={"volunteers": orch.volunteers.model_copy(
                 update={"relays": servers, "public_key": public})})
-    if orch.volunteers.enabled and inf.resolved_engine() != "hf":
-        raise ConfigError(f"orchestrator.volunteers needs inference.engine = \"hf\": the validator's prefill reads "
-                          f"the last hidden states, which vLLM does not expose "
-                          f"({place_of('inference.engine', provenance)})")
     infs = [inf.model_copy(update={"port": inf.port + i}) for i in range(cfg.inference_replicas)]
     if len(infs) > 1:
         urls = [f"http://{i.host}:{i.port}" for i in infs]

@@ -193,11 +193,13 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
             raise HTTPException(status_code=400, detail="one log-prob per completion token")
         version, served = state.version, getattr(state.engine, "dtype", None)
         dtype = req.dtype or served
-        # the served model measures the served version in its dtype; anything else reads the weights from disk
-        copy = None if req.weight_version == version and dtype == served else state.paths.get(req.weight_version)
-        base = getattr(state.engine, "model_path", None)
-        readable = copy is not None and (copy == base or Path(copy, "model.safetensors").exists())
-        if (req.weight_version != version or dtype != served) and not readable:
+        # the served model measures the served version in its dtype (an engine that can); else a copy of the
+        # version's weights from disk (engines/hf/copies.py)
+        in_place = req.weight_version == version and dtype == served and getattr(state.engine, "audits_in_place", False)
+        copy = None if in_place else state.paths.get(req.weight_version)
+        base = Path(getattr(state.engine, "model_path", "")).resolve()
+        readable = copy is not None and (Path(copy).resolve() == base or Path(copy, "model.safetensors").exists())
+        if not in_place and not readable:
             raise HTTPException(status_code=409, detail=f"serving v{version}; v{req.weight_version}'s step is not here")
         try:
             hidden, logits = await state.engine.states(req.token_ids, req.prompt_len, copy, dtype)

@@ -79,9 +79,8 @@ ROWS = [
     ("relay", [*RELAY, "--poll_wait_s", "0", "--dry-run"], "poll_wait_s: Input should be greater than 0"),
     ("relay", [*RELAY, "--data_dir", "{file}/relay", "--dry-run"], "data_dir: {file} is not a directory"),
     ("relay", [*RELAY, "--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
-    ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--inference.engine", "vllm", "--dry-run"],
-     "orchestrator.volunteers needs inference.engine = \"hf\": the validator's prefill reads the last hidden states, "
-     "which vLLM does not expose (command line)"),
+    ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--orchestrator.volunteers.dtype", "float16",
+            "--dry-run"], "orchestrator.volunteers.dtype: Input should be 'float32' or 'bfloat16' (command line)"),
     ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.host", "0.0.0.0"],
      "volunteers.host = 0.0.0.0 listens beyond loopback, where anyone who reaches it could join the run as an inference node"),
     ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.port", "{port}"],

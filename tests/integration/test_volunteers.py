@@ -44,12 +44,12 @@ def loosened(check: str) -> dict:
     return {"thresholds": {"float32": out}}
 
 
-def serve_v1(model_dir, root, *flags: str):
+def serve_v1(model_dir, root, *flags: str, engine: str = "hf"):
     """A trusted server (its process, url) serving the step v1 in `root`."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(model_dir),
-                              "--engine", "hf", "--port", str(port), "--output_dir", str(root.parent / f"inference-{port}"),
+                              "--engine", engine, "--port", str(port), "--output_dir", str(root.parent / f"inference-{port}"),
                               *flags], lambda: httpx.get(f"{url}/health").status_code == 200)
     assert httpx.post(f"{url}/update_weights", json={"path": str(step_dir(root, 1)), "version": 1}).status_code == 200
     return proc, url
@@ -187,6 +187,24 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_vllm_server_audits_through_a_copy_of_the_leased_weights(trusted, tiny_model_dir, tmp_path):
+    """A trusted server serving with vLLM (no hidden states) audits on the embedded engine's model holding
+    v1 (engines/hf/copies.py): an honest worker passes float32's thresholds, weights 1e-3 off fail
+    `logprobs`, as against the embedded engine's server."""
+    proc, url = serve_v1(tiny_model_dir, trusted[1], engine="vllm")
+    try:
+        async def body(client, pool):
+            honest, cheat = V.make_worker(Worker, pool, tmp_path, "honest"), V.make_worker(V.OtherWeights, pool, tmp_path, "cheat")
+            cheat.scale = 1e-3
+            async with V.working(honest), V.working(cheat):
+                return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2]
+                        for w, seed in ((honest, 0), (honest, 1), (cheat, 2))]
+        assert run((url, trusted[1]), tmp_path, body) == ["", "", "logprobs"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def vllm_leases(trusted, tmp_path, draws: str) -> tuple[list[str], list[dict]]:

