@@ -153,6 +153,13 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
         return asyncio.run(go())
 
 
+def as_drawn(name: str, verdict: str, m: dict) -> bool:
+    """A picked-tokens answer whose every token is the lease's seeded draw (draw distance 0): the likeliest
+    tokens were the draws, so it is exactly what an honest worker sends (log-probs and proofs are rebuilt
+    honestly): accepted, and no false accept."""
+    return name == "picked tokens" and verdict == "" and m.get("max_draw_distance") == 0.0
+
+
 def summarise(got: dict) -> dict:
     fields = ("exp_mismatches", "mant_err_mean", "mant_err_median", "logprob_max_err", "max_draw_distance")
     low = ("min_pvalue", "surprisal_z")  # the statistics reject low values: their honest worst is the least
@@ -161,8 +168,9 @@ def summarise(got: dict) -> dict:
                        "verdicts": dict(Counter(v for v, _ in got["honest"])),
                        "max": {f: max((m[f] for m in honest), default=None) for f in fields},
                        "min": {f: min((m[f] for m in honest), default=None) for f in low}},
-            "audits": {name: [m for _, m in rows] for name, rows in got.items()},  # to judge other thresholds by
-            "cheats": {name: {"n": len(rows), "false_accepts": sum(v == "" for v, _ in rows),
+            "audits": {name: [{**m, "verdict": v} for v, m in rows] for name, rows in got.items()},  # to judge other thresholds by
+            "cheats": {name: {"n": len(rows), "as_drawn": sum(as_drawn(name, v, m) for v, m in rows),
+                              "false_accepts": sum(v == "" and not as_drawn(name, v, m) for v, m in rows),
                               "verdicts": dict(Counter(v for v, _ in rows)),
                               "min": {f: min((m[f] for _, m in rows if m), default=None) for f in fields}}
                        for name, rows in got.items() if name != "honest"}}
@@ -333,7 +341,8 @@ def main() -> None:
             table.append(f"| {key} | {h['n']}, {h['false_rejects']}; {mx['exp_mismatches']} / {mx['mant_err_mean']} / "
                          f"{mx['logprob_max_err']:.2g} / {mx['max_draw_distance']:.2g} / {mn['min_pvalue']:.2g} / "
                          f"{mn['surprisal_z']:.2f} | " + "; ".join(
-                             f"{c}: {x['false_accepts']}/{x['n']} ({', '.join(sorted(k for k in x['verdicts'] if k))})"
+                             f"{c}: {x['false_accepts']}/{x['n']} ({', '.join(sorted(k for k in x['verdicts'] if k))}"
+                             + (f"; {x['as_drawn']} as drawn" if x["as_drawn"] else "") + ")"
                              for c, x in s["cheats"].items()) + " |")
     elif a.result == "overhead":
         with Progress("overhead", total=len(models) * a.repeats, unit="repeats") as progress:
