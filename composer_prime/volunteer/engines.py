@@ -55,10 +55,10 @@ class VLLMWithPrefill:
     async def generate_with_states(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Generation, torch.Tensor]:
         gen = await self.vllm.generate(prompt_ids, params)
         hidden, logits = await self.prefill.states(prompt_ids + gen.token_ids, len(prompt_ids))
-        if self.sampler == "seeded":  # vLLM saw a one-hot: the draw's log-prob is the prefill's (temperature-scaled)
-            z = torch.log_softmax(logits / max(params.temperature, 1e-5), -1)
-            gen = dataclasses.replace(gen, logprobs=z.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1).tolist())
-        return gen, hidden
+        # the log-probs are the prefill's, in the contract's convention (log softmax(z / T), before top-p): with
+        # the seeded draws vLLM saw a one-hot, and its own at top-p < 1 are renormalised over the nucleus
+        z = torch.log_softmax(logits / max(params.temperature, 1e-5), -1)
+        return dataclasses.replace(gen, logprobs=z.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1).tolist()), hidden
 
 
 def make_engine(kind: str, model_dir: str, model_name: str, max_model_len: int, concurrency: int, device: str,
