@@ -76,10 +76,11 @@ class VolunteersConfig(Strict):
                                                    "task goes to another node")
     rate: float = Field(200.0, gt=0, description="requests per second a node may make (token bucket); more: 429")
     burst: int = Field(400, ge=1, description="the bucket's size")
-    samplers: list[Literal["seeded", "any"]] = Field(["seeded", "any"], description="samplers a submission may "
-                                                     "declare: seeded (the embedded engine's: its draws are replayed), "
-                                                     "any (vLLM workers: a statistical test, which a plausible "
-                                                     "substituted token passes)")
+    samplers: list[Literal["seeded", "any"]] = Field(["seeded"], description="samplers a submission may declare: "
+                                                     "seeded (the run's seeded sampler, either engine: its draws are "
+                                                     "replayed); add any to accept vLLM's own sampler, tested "
+                                                     "statistically (a substituted plausible token or the likeliest "
+                                                     "tokens of a confident model pass: docs/volunteers.md)")
     eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
                                                   "key refused")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="what workers generate in and the audits "

@@ -227,7 +227,8 @@ def vllm_leases(trusted, tmp_path, draws: str) -> tuple[list[str], list[dict]]:
             for seed, (w.tamper, w.pick) in enumerate([(False, False)] * 2 + [(True, False), (False, True)]):
                 verdicts.append((await V.lease_once(client, pool, w, PROMPT, seed, 70))[2])
         return verdicts, measured
-    return run(trusted, tmp_path, body, eject_after=10, heartbeat_s=2.0)  # vLLM starting takes the cores: beat as shipped
+    # vLLM starting takes the cores: beat as shipped; vLLM's own draws only where the run accepts them
+    return run(trusted, tmp_path, body, eject_after=10, heartbeat_s=2.0, samplers=["seeded", "any"])
 
 
 def test_a_vllm_worker_draws_with_the_seeded_sampler_and_is_replayed(trusted, tmp_path):

@@ -31,19 +31,22 @@ def verdict(sampler: str, measured: dict, **cfg) -> tuple[str, int]:
     return asyncio.run(v.check(LEASE, sub)), len(audits)
 
 
+BOTH = {"samplers": ["seeded", "any"]}
+
+
 @pytest.mark.parametrize("sampler", ["seeded", "any"])
-def test_clean_measurements_pass_either_sampler(sampler):
-    assert verdict(sampler, {}) == ("", 1)
+def test_clean_measurements_pass_either_sampler_the_run_accepts(sampler):
+    assert verdict(sampler, {}, **BOTH) == ("", 1)
 
 
 def test_a_sampler_the_run_refuses_costs_no_prefill():
-    assert verdict("any", {}, samplers=["seeded"]) == ("sampler", 0)
-    assert verdict("nucleus", {}) == ("sampler", 0)  # not one the contract knows
+    assert verdict("any", {}) == ("sampler", 0)  # by default only draws that replay
+    assert verdict("nucleus", {}, **BOTH) == ("sampler", 0)  # not one the contract knows
 
 
 def test_seeded_draws_are_judged_by_the_replay_and_other_samplers_by_the_statistics():
     far, improbable, picked = {"max_draw_distance": 0.5}, {"min_pvalue": 5e-5}, {"surprisal_z": -4.6}
     assert [verdict("seeded", m)[0] for m in (far, improbable, picked)] == ["sampling", "", ""]
-    assert [verdict("any", m)[0] for m in (far, improbable, picked)] == ["", "sampling", "sampling"]
-    # at the thresholds themselves: passes (1e-4, -4.5 calibrated)
-    assert verdict("any", {"min_pvalue": 1e-4, "surprisal_z": -4.5})[0] == ""
+    assert [verdict("any", m, **BOTH)[0] for m in (far, improbable, picked)] == ["", "sampling", "sampling"]
+    # at the thresholds themselves: passes (1e-4, -4.5)
+    assert verdict("any", {"min_pvalue": 1e-4, "surprisal_z": -4.5}, **BOTH)[0] == ""
