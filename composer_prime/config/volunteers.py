@@ -9,6 +9,7 @@ volunteers.py) admits a completion only when every check passes. Defaults and th
   to one machine (DESIGN.md, Volunteers);
 - TOPLOC thresholds: calibrated on our models (benchmarks/volunteers.py --result calibration,
   docs/volunteers.md); the paper's 38 / 10 / 8 let one changed token through on a toy model;
+- float32 audits whatever the run serves in: bfloat16 audits let weights within its noise through;
 - log-prob tolerance and replay margin: calibrated the same way;
 - ejected after 2 rejections: one can be bad luck at a threshold, two are a pattern.
 """
@@ -45,14 +46,17 @@ class Thresholds(Strict):
                 and chunk["mant_err_median"] <= self.max_mant_median)
 
 
-# benchmarks/volunteers.py --result calibration, 2026-11-25, commit 9895d68 (docs/volunteers.md): 160 honest rollouts
-# per model and dtype on this machine kind, worker and trusted server in the same dtype, the validator on this
-# machine's kernels and on AVX2 ones. A worker's proofs commit to the states it decoded, the validator's to its
-# prefill: in float32 the two round to the same bf16 values but for a few (2 exponent mismatches of 128 at most), in
-# bfloat16 they do not (SmolLM2-135M: up to 10 mismatches, a mean mantissa error of 3.35, a median of 2; two prefills
-# on different kernels differ as much), so bfloat16's TOPLOC thresholds sit above that: they catch another model,
-# replayed proofs and a changed prompt token on SmolLM2, not weights 1e-3 off (within the noise). The sampler's
-# log-probs and draws round apart by 4.5e-5 and 1e-6 of the mass at most in float32, by 0.75 and 0.074 in bfloat16.
+# benchmarks/volunteers.py --result calibration, 2026-11-25 (docs/volunteers.md): 160 honest rollouts per model
+# and setting on this machine kind, the validator on this machine's kernels and on AVX2 ones, workers on the
+# embedded engine and on vLLM. A worker's proofs commit to the states it decoded (or, on vLLM, prefilled), the
+# validator's to its prefill: in float32 the two round to the same bf16 values but for a few (2 exponent
+# mismatches of 128 at most), in bfloat16 they do not (SmolLM2-135M: up to 13 mismatches, a mean mantissa error
+# of 3.35, a median of 2; two prefills on different kernels differ as much), so bfloat16's TOPLOC thresholds sit
+# above that: they catch another model, replayed proofs and a changed prompt token on SmolLM2, not weights 1e-3
+# off (within the noise): why audits are float32 by default (`VolunteersConfig.dtype`). The sampler's log-probs
+# and draws round apart by 4.5e-5 and 3.5e-6 of the mass at most in float32 (vLLM's logits against a prefill
+# included), by 0.75 and 0.074 in bfloat16. The statistics' thresholds are set from their theory (honest worst
+# over 1,280 rollouts: 0.0021 and -2.74).
 CALIBRATED: dict[str, dict] = {
     "float32": {"max_exp_mismatches": 8, "max_mant_mean": 2.0, "max_mant_median": 1.0, "logprob_tol": 2e-4,
                 "replay_margin": 1e-5},
