@@ -39,7 +39,6 @@ class VLLMWithPrefill:
                                extra_args=extra)
         self._thread = None  # both started: as the embedded engine says it
 
-
     async def start(self) -> None:
         await self.prefill.start()
         await self.vllm.start()
