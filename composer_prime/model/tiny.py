@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from composer_prime.utils.fs import built_once
 
 if TYPE_CHECKING:  # the builder imports torch and transformers itself: finding the cached model needs neither (3 s)
     import torch
@@ -96,11 +97,12 @@ def warm_start(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase) -> None:
 
 
 def ensure_tiny_model() -> Path:
-    """Build (once) and return the cached tiny model directory."""
-    out = cache_root() / "models" / f"tiny-{recipe_hash()}"
-    if (out / "READY").exists():
-        return out
-    log.info(f"tiny model: building {out} (one-time, about a CPU-minute)")
+    """Build (once, whichever process asks first) and return the cached tiny model directory."""
+    return built_once(cache_root() / "models" / f"tiny-{recipe_hash()}", _build)
+
+
+def _build(tmp: Path) -> None:
+    log.info(f"tiny model: building {tmp.name} (one-time, about a CPU-minute)")
     import torch
 
     from composer_prime.model.tokenizer import build_tokenizer
@@ -109,11 +111,6 @@ def ensure_tiny_model() -> Path:
     tok = build_tokenizer()
     model = build_random(tok)
     warm_start(model, tok)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "READY").write_text(recipe_hash())
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)  # atomic: a crash never leaves a half-written cached model
-    return out

@@ -1,4 +1,4 @@
-"""Checks that a path can be used before a process starts work that needs it.
+"""Checks that a path can be used before a process starts work that needs it, and one-time builds.
 
 A run that finds out after an hour of training that it cannot write its output directory has
 lost the hour; these run at start-up (and in a dry run) and say in one line what is wrong.
@@ -6,7 +6,10 @@ lost the hour; these run at start-up (and in a dry run) and say in one line what
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -54,3 +57,31 @@ def _check_readable(path: Path, directory: bool) -> None:
         raise (NotADirectoryError if directory else IsADirectoryError)(f"{path} is not a {kind}")
     if not os.access(path, os.R_OK | (os.X_OK if directory else 0)):
         raise PermissionError(f"{path} is not readable")
+
+
+def built_once(out: Path, build: Callable[[Path], None]) -> Path:
+    """`out`, built by `build(tmp)` the first time any process asks for it; `out/READY` marks it done.
+
+    Two processes starting on a fresh machine at once (two runs, or test workers) would otherwise both
+    build, and the second's replace would pull the directory from under the first's readers: an
+    exclusive lock beside `out` makes the second wait and then find it built. `build` writes `tmp`
+    (READY included) and the rename is atomic, so a crash never leaves a half-written `out`."""
+    if (out / "READY").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+        if (out / "READY").exists():
+            return out
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            build(tmp)
+            if not (tmp / "READY").exists():
+                raise RuntimeError(f"building {out.name} wrote no READY marker")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(out, ignore_errors=True)  # a stale, unmarked directory from before
+        os.replace(tmp, out)
+    return out
