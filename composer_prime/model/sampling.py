@@ -48,8 +48,11 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
 
 def nucleus_mask(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """True where a token lies in its row's top-p nucleus (the top token always does); `probs` may be
-    unnormalised (a row's exp(logit - max))."""
-    sorted_p, order = probs.sort(-1, descending=True)
+    unnormalised (a row's exp(logit - max)). Of the tokens tied at the nucleus's edge (frequent with
+    bfloat16 logits) the lowest ids are kept: the sort is stable, since an unstable one orders ties as
+    its kernel does, which differs between the CPU and CUDA (and is not by id even on the CPU), and
+    a replay on another device would then keep other tokens."""
+    sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)
     sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
     keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)

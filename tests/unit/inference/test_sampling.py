@@ -63,6 +63,19 @@ def test_top_p_keeps_the_nucleus_only_and_greedy_takes_the_argmax():
     assert tok.item() == 1 and lp.item() == pytest.approx(0.0, abs=1e-6)
 
 
+def test_tokens_tied_at_the_nucleus_edge_are_kept_lowest_id_first_whatever_the_sort():
+    # bfloat16 logits (CUDA's default) tie often; an unstable sort puts ties in its kernel's own order,
+    # on the CPU not by id already, so which of them the nucleus kept would differ between devices
+    probs = torch.randint(1, 5, (8, 3000), generator=torch.Generator().manual_seed(0)).float()
+    keep = nucleus_mask(probs, torch.full((8,), 0.5))
+    for row, kept in zip(probs, keep):
+        edge = row[kept].min()  # the least likely kept probability: its tokens are split at the edge
+        tied = (row == edge).nonzero().flatten()
+        n = int(kept[tied].sum())
+        assert 0 < n < len(tied) and kept[tied[:n]].all() and not kept[tied[n:]].any()
+        assert kept[row > edge].all() and not kept[row < edge].any()
+
+
 def test_a_uniform_at_the_top_of_the_cdf_never_draws_a_token_outside_the_nucleus(monkeypatch):
     # u * total can round up to the total itself: the search then runs past the last kept token
     monkeypatch.setattr(sampling, "uniforms", lambda keys, counters: torch.full(keys.shape, 1.0, dtype=torch.float64))

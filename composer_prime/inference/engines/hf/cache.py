@@ -30,9 +30,12 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     if query.shape[2] == 1 and attention_mask is not None:  # a decode step: (rows, heads, 1, head dim)
         b, heads, _, dim = query.shape
         kv_heads = key.shape[1]
-        out = F.scaled_dot_product_attention(query.view(b, kv_heads, heads // kv_heads, dim), key, value,
+        # reshape, not view: CUDA's kernels hand over strided tensors that CPU kernels never make (SDPA's
+        # efficient and flash kernels return (b, heads, q, dim) laid out as (b, q, heads, dim), which no
+        # view can merge back into one heads axis). reshape is a view wherever the layout allows one.
+        out = F.scaled_dot_product_attention(query.reshape(b, kv_heads, heads // kv_heads, dim), key, value,
                                              attn_mask=attention_mask, scale=scaling)
-        return out.view(b, heads, 1, dim).transpose(1, 2), None
+        return out.reshape(b, heads, 1, dim).transpose(1, 2), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
 
