@@ -96,7 +96,8 @@ class Island:
             self._store, self._store_socket = store_on(host)
             box = [self._store_socket.getsockname()[1]]
         dist.broadcast_object_list(box, src=0)
-        cuda = torch.cuda.is_available()
+        # the model's device, not the machine's: islands on a GPU machine's CPU (its tests) all-reduce CPU tensors
+        cuda = next(self.model.parameters()).device.type == "cuda"
         timeout = timedelta(seconds=d.timeout_s)
         pg = ProcessGroupNCCL(timeout=timeout) if cuda else ProcessGroupGloo(timeout=timeout)
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")

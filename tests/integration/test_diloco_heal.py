@@ -5,7 +5,9 @@ Two replica processes (tests/support/diloco_worker.py) and a real torchft lighth
 island 0 goes on syncing alone (quorum of 1, every round committed). Island 1 is started again
 with the same command: it resumes from its checkpoint, finds itself behind at its first quorum and
 heals from island 0 (model, inner AdamW, each fragment's θ_prev and outer momentum), after which
-the two are bit-identical, whole model, at the same outer step.
+the two are bit-identical, whole model, at the same outer step; and every sync of both after that
+leaves the fragment it synced bit-identical on both (the other fragment is each island's own).
+The checkpoint's outer state is overwritten by the heal here: test_diloco_resume.py tests it alone.
 """
 
 import json
@@ -17,6 +19,8 @@ import time
 import torch
 from torchft._torchft import LighthouseServer
 
+from composer_prime.trainer.diloco import fragments
+from composer_prime.trainer.model import load_model
 from tests.conftest import ROOT
 from tests.support.diloco_worker import __file__ as WORKER
 
@@ -27,6 +31,13 @@ def start(tmp_path, model_dir, island: int, lighthouse: str, run: dict) -> subpr
     return subprocess.Popen([sys.executable, WORKER, str(model_dir), str(tmp_path), str(island),
                              json.dumps({**DILOCO, "lighthouse": lighthouse}), json.dumps(run)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def fragment_names(model_dir) -> list[set[str]]:
+    """Each fragment's parameter names, from the split the islands use (trainer/diloco.py)."""
+    model = load_model(str(model_dir))
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [{names[id(p)] for p in part.parameters()} for part in fragments(model, DILOCO["fragments"], "strided")]
 
 
 def test_killed_island_heals_from_a_live_peer_and_the_survivor_keeps_committing(tiny_model_dir, tmp_path):
@@ -68,5 +79,17 @@ def test_killed_island_heals_from_a_live_peer_and_the_survivor_keeps_committing(
     step = b["outer_step"][first]
     j = a["outer_step"].index(step)  # the survivor's step after the same sync
     assert all(torch.equal(b["after"][first][n], a["after"][j][n]) for n in a["initial"])
-    # and from there on the islands sync together: every later commit of the restarted island had both
+    # and from there on the islands sync together: every later commit of the restarted island had both,
+    # and each one left the fragment it synced the same on both islands, not only the first after the heal
     assert all(m["diloco/participants"] == 2 for m in b["metrics"][first:] if m.get("diloco/syncs"))
+    parts = fragment_names(tiny_model_dir)
+    later = [i for i in range(first + 1, len(b["metrics"])) if b["metrics"][i].get("diloco/committed")]
+    assert len(later) >= 4, b["metrics"]  # the restarted island's 24 steps hold a dozen syncs
+    for i in later:
+        j = a["outer_step"].index(b["outer_step"][i])  # the survivor's commit of the same round
+        fragment = int(b["metrics"][i]["diloco/fragment"])
+        assert a["metrics"][j].get("diloco/committed") and a["metrics"][j]["diloco/fragment"] == fragment
+        diff = [n for n in parts[fragment] if not torch.equal(b["after"][i][n], a["after"][j][n])]
+        assert not diff, f"outer step {b['outer_step'][i]}: fragment {fragment} differs in {len(diff)} tensors, e.g. {diff[0]}"
+        # while the fragment not synced is each island's own: the islands are not simply identical
+        assert any(not torch.equal(b["after"][i][n], a["after"][j][n]) for n in parts[1 - fragment])

@@ -4,19 +4,24 @@
 sharded by FSDP2 on a one-rank process group (or on torchrun's ranks: then each rank records its
 own shards in OUT/island{ISLAND}-rank{RANK}.pt), AdamW as the inner optimizer, and trainer/diloco.py's
 `Island` around RUN_JSON's `steps` inner steps on this island's own random batches (seeded by ISLAND
-and `seed`), `pause` seconds after each, stopping early once the file `until` exists (an island kept
-alive while another restarts); `snapshots` "syncs" keeps the weights only after syncs.
+and `seed`; a resumed island first skips the batches of the steps its checkpoint holds, so it draws
+what a run without the crash would have), `pause` seconds after each, stopping early once the file
+`until` exists (an island kept alive while another restarts); `snapshots` "syncs" keeps the weights
+only after syncs.
 Before DiLoCo's hooks see each step, the parameters are recorded (the island's θ_local); after the
 step returns, again (after any sync), with the Manager's step and the island's metrics. Also the
 process's listening sockets once the replica is up. Everything goes to OUT/island{ISLAND}.pt.
 With `ckpt_every`, the island checkpoints (model, optimizer, outer state) every that many steps
 and, when OUT holds its checkpoint from a run before, resumes from it first (a restarted island).
+With `die_after` too, the process SIGKILLs itself right after that step's checkpoint: a real crash,
+at a known step rather than wherever a test's signal happens to land; it records nothing.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,7 +47,8 @@ def listening() -> list[str]:
 
 
 def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
-    opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "until": None, "snapshots": "all"} | json.loads(run)
+    opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "die_after": None, "until": None,
+            "snapshots": "all"} | json.loads(run)
     if "WORLD_SIZE" in os.environ:  # an island of several ranks, under torchrun
         dist.init_process_group("gloo")
     else:
@@ -63,8 +69,10 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     every = opts["snapshots"] == "all"  # else only the weights after a sync or a heal (a long run's memory)
     optim.register_step_post_hook(lambda *_: rec["local"].append(snapshot(model) if every else None))  # before DiLoCo's
     done = resumed[0] if resumed else 0
-    gen = torch.Generator().manual_seed(1000 * opts["seed"] + 100 * done + 10 * rank + island)  # each island's (rank's) own data
+    gen = torch.Generator().manual_seed(1000 * opts["seed"] + 10 * rank + island)  # each island's (rank's) own data
     vocab = model.config.vocab_size
+    for _ in range(done):  # the checkpoint's steps trained on these: go on where they stopped
+        torch.randint(0, vocab, (4, 16), generator=gen)
     with hook:
         for step in range(done + 1, done + opts["steps"] + 1):
             if opts["until"] and Path(opts["until"]).exists():
@@ -78,6 +86,8 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
             rec["after"].append(snapshot(model) if every or rec["metrics"][-1].get("diloco/syncs") else None)
             if opts["ckpt_every"] and step % opts["ckpt_every"] == 0:
                 checkpoint.save(ckpt, step, model, optim, 1, hook.state())
+                if step == opts["die_after"]:  # no exit handler, no flush: as if the machine went away
+                    os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(opts["pause"])
     torch.save(rec, Path(out) / (f"island{island}.pt" if dist.get_world_size() == 1 else f"island{island}-rank{rank}.pt"))
     dist.destroy_process_group()
