@@ -40,6 +40,7 @@ def check_keys(cfg: TrainerConfig) -> None:
 def rank_main(argv: list[str]) -> None:
     """One rank, under torchrun (ours, or one started by hand: then the launcher owns the checks)."""
     exit_with_parent()  # a rank dies with torchrun, also when torchrun is SIGKILLed
+    argv = argv[1:] if argv[:1] == ["--"] else argv  # the launcher's separator, where argparse kept it
     setup("trainer", quiet=os.environ.get("RANK", "0") != "0")
     cfg, _ = load_or_exit(TrainerConfig, argv)
     train(cfg)
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.disable(logging.ERROR)  # this process only launches ranks; torch's elastic loggers set their own levels
     try:
         torchrun([f"--nproc-per-node={cfg.nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-                  "-m", "composer_prime.entrypoints.trainer", *argv])
+                  # "--": our flags are the ranks', never torchrun's (it read `--nproc` as its own, ambiguously)
+                  "-m", "composer_prime.entrypoints.trainer", "--", *argv])
     except SignalException as e:  # stopped (rl, Ctrl-C): torchrun has stopped the ranks; nothing to report
         raise SystemExit(128 + int(e.sigval)) from None
     except ChildFailedError as e:
