@@ -176,6 +176,8 @@ class Orchestrator:
                 if refused.keep_aside:
                     c.flat += g
         c.groups = [(g, shaped) for env in self.envs for g, shaped in kept[env.cfg.id][: env.groups]]
+        for env in self.envs:  # its share of the batch, or fewer where its groups stayed flat through every draw
+            c.stats[f"env/{env.cfg.id}/groups_in_batch"] = len(kept[env.cfg.id][: env.groups])
         return c
 
     async def build(self, step: int, c: Collected) -> tuple[Batch, dict]:

@@ -4,9 +4,8 @@ openenv-calc (environments/openenv-calc: openenv's own MCPEnvironment and create
 by the orchestrator as two local servers and driven over /ws; reverse-text runs in-process. The
 tiny model is warm-started on tool-calc's demonstrations (openenv-calc asks its questions the same
 way) briefly enough that it still gets the call wrong often; 20 GRPO steps raise openenv-calc's
-held-out reward on all 200 of its eval tasks (from 0.21; at 15 steps +0.065 to +0.10 over seeds 0-3,
-at 25 steps +0.10, measured on 2026-11-25: a 32-task eval once saw +0.02 at 15 steps, within its
-noise, which is why every eval task is used).
+held-out reward on all 200 of its eval tasks (from 0.216; measured at 20 steps below, on 2026-11-27;
+a 32-task eval once saw +0.02 at 15 steps, within its noise, which is why every eval task is used).
 """
 
 import json
@@ -46,19 +45,25 @@ def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, c
     orch = rows(run / "orchestrator" / "metrics.jsonl")
     steps = [r for r in orch if "rollouts" in r]
     assert len(steps) == STEPS
-    for r in steps:  # both environments in every batch, no rollout dropped, the servers never restarted
+    for r in steps:  # openenv-calc's share in every batch, no rollout dropped, the servers never restarted
         # groups of 8 (7 of openenv-calc and 1 of reverse-text to keep; flat ones drawn again), every rollout back
-        assert r["groups"] >= 8 and r["rollouts"] == 8 * r["groups"]
+        assert r["env/openenv-calc/groups_in_batch"] == 7 and r["env/reverse-text/groups_in_batch"] <= 1
+        assert r["groups"] - r["flat_groups"] == 7 + r["env/reverse-text/groups_in_batch"], r
+        assert r["rollouts"] == 8 * r["groups"]
         assert r["dropped"] == 0 and r["env/openenv-calc/server_restarts"] == 0
         assert 0 <= r["env/openenv-calc/reward"] <= 1 and 0 <= r["env/reverse-text/reward"] <= 1
         assert 1 <= r["env/openenv-calc/turns"] <= 2 and r["env/openenv-calc/tool_calls"] > 0
+    # reverse-text's one group: the calculator warm start stays flat on it through all 8 draws at times (in 1, 3 and
+    # 5 of the 20 steps at seeds 0, 1 and 2): both environments in a batch is the rule
+    assert sum(r["env/reverse-text/groups_in_batch"] for r in steps) >= 12
     evals = [r for r in orch if "eval/openenv-calc/reward" in r]
     assert [r["step"] for r in evals] == [0, STEPS] and all(r["eval/openenv-calc/dropped"] == 0 for r in evals)
     first, last = evals
     assert first["eval_reward"] == pytest.approx(0.125 * first["eval/reverse-text/reward"]
                                                  + 0.875 * first["eval/openenv-calc/reward"])
     # the environment's own reward, learnt: its first call right more often, so its reward up
-    assert last["eval/openenv-calc/reward"] > first["eval/openenv-calc/reward"] + 0.04, (first, last)
+    # +0.083, +0.080 and +0.099 at seeds 0, 1 and 2 (2026-11-27): above the 0.03 that weights drifting without learning move it
+    assert last["eval/openenv-calc/reward"] > first["eval/openenv-calc/reward"] + 0.05, (first, last)
     assert last["eval/openenv-calc/tool_error_rate"] < first["eval/openenv-calc/tool_error_rate"]
     assert sorted(p.name for p in (run / "logs").glob("openenv-*.log")) == ["openenv-openenv-calc-0.log",
                                                                             "openenv-openenv-calc-1.log"]

@@ -37,6 +37,17 @@ def test_staleness_then_dynamic_sampling_refill_and_count(tiny_model_dir):
     assert left == [] and [g for g, _ in c.groups] == [good, good]  # refilled once
     assert (c.stats["groups"], c.stats["stale"], c.stats["flat_groups"]) == (4, 2, 1)  # stale in rollouts, flat in groups
     assert c.flat == flat  # kept aside for the batch steps; the stale group is not
+    [env_id] = c.seen
+    assert c.stats[f"env/{env_id}/groups_in_batch"] == 2  # its whole share
+
+
+def test_an_environment_flat_through_every_draw_counts_fewer_groups_in_the_batch(tiny_model_dir):
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2, max_async_level=1)  # 2 groups a step, 8 draws at most
+    right, wrong = scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, "1"])
+    left = serve(o, [[right, wrong]] + [[right, right]] * 8)  # one mixed group, then flat ones only
+    c = asyncio.run(o.collect(0))
+    [env_id] = c.seen
+    assert left == [] and c.stats["flat_groups"] == 8 and c.stats[f"env/{env_id}/groups_in_batch"] == 1
 
 
 def test_dynamic_sampling_off_and_a_third_filter_joining(tiny_model_dir):
