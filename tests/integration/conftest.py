@@ -1,4 +1,5 @@
-"""Helpers shared by integration tests: `composer-prime env serve` as a real server process."""
+"""Helpers shared by integration tests: `composer-prime env serve` as a real server process; the
+session's shared runs (tests/support/shared_runs.py) as fixtures."""
 
 import subprocess
 import sys
@@ -6,6 +7,7 @@ import sys
 import httpx
 
 from tests.conftest import free_port, start_until_ready
+from tests.support.shared_runs import relay_run, smollm2_breakdown, tool_calc_warm_start  # noqa: F401 - read by several files
 
 ENV_SERVE = [sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "serve"]
 

@@ -1,8 +1,9 @@
 """Hint self-distillation in the real loop: tool-calc, the three processes, GRPO + distill.
 
-The tiny model is warm-started on tool-calc demonstrations that include wrong calls, so its
-rollouts have error turns; every step whose batch carries hinted error turns must show a
-non-zero distill loss in the trainer (a channel that is silently zero fails here).
+The tiny model is warm-started on tool-calc demonstrations that include wrong calls (the README's
+warm start, the session's `tool_calc_warm_start`), so its rollouts have error turns; every step whose
+batch carries hinted error turns must show a non-zero distill loss in the trainer (a channel that is
+silently zero fails here).
 """
 
 import json
@@ -12,33 +13,21 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support.shared_runs import WarmStart
 
 STEPS = 3
-
-
-@pytest.fixture(scope="module")
-def calc_agent(tiny_model_dir, tmp_path_factory):
-    from tool_calc.demos import demonstrations
-
-    out = tmp_path_factory.mktemp("calc")
-    demos = out / "demos.jsonl"
-    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(400, seed=1)))
-    sft = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", str(tiny_model_dir), "--data",
-                          str(demos), "--output_dir", str(out / "agent"), "--max_steps", "60", "--batch_size", "8",
-                          "--lr", "1e-3", "--warmup_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert sft.returncode == 0, sft.stderr[-2000:]
-    return out / "agent"
 
 
 def rows(path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()]
 
 
+@pytest.mark.xdist_group("tool_calc_warm_start")
 @pytest.mark.parametrize("teacher", ["trainer", "inference"])
-def test_distill_loss_is_nonzero_in_every_step_with_error_sites(tmp_path, calc_agent, teacher):
+def test_distill_loss_is_nonzero_in_every_step_with_error_sites(tmp_path, tool_calc_warm_start: WarmStart, teacher):
     run = tmp_path / "run"
     rl = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
-                         "--model", str(calc_agent), "--output_dir", str(run), "--max_steps", str(STEPS),
+                         "--model", str(tool_calc_warm_start.model), "--output_dir", str(run), "--max_steps", str(STEPS),
                          "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
                          "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4", "--orchestrator.eval.num_tasks", "4",
                          "--orchestrator.distill.teacher", teacher,

@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import httpx
+
 from tests.conftest import free_port
 
 STEPS = 50
@@ -21,3 +23,17 @@ def rows(path: Path) -> list[dict]:
 def log_tails(run: Path) -> str:
     """What each process said last: the message of a failed assertion on a run started with its output hidden."""
     return "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted((run / "logs").glob("*.log")))
+
+
+def probe(url: str, model_dir: Path) -> tuple[list[int], list[float]]:
+    """One seeded request to an inference server: its tokens and their log-probs (compared before and after training)."""
+    from transformers import AutoTokenizer
+
+    from composer_prime.utils.chat import encode_chat
+
+    ids = encode_chat(AutoTokenizer.from_pretrained(model_dir),
+                      [{"role": "system", "content": "Reverse the letters."}, {"role": "user", "content": "h g c"}])
+    r = httpx.post(f"{url}/inference/v1/generate", timeout=60,
+                   json={"token_ids": ids, "sampling_params": {"max_tokens": 12, "temperature": 1.0, "seed": 5}})
+    choice = r.json()["choices"][0]
+    return choice["token_ids"], [c["logprob"] for c in choice["logprobs"]["content"]]

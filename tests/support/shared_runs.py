@@ -1,0 +1,126 @@
+"""Runs that several test files read, made once per test session (pytest fixtures, registered in
+tests/integration/conftest.py). A test reading one is marked `xdist_group(<fixture name>)`, so that
+pytest-xdist hands every reader to the worker that made the run, and the run is made once.
+
+- `relay_run`: the volunteers' quickstart (`rl @ configs/quickstart.toml @ configs/volunteers.toml`, the
+  README's command) with two trusted inference servers pulling every step through one SHARDCAST relay,
+  two honest `uv run worker` processes and one dishonest worker (its weights 1% off the run's) joining at
+  run time. Read by test_rl_volunteers.py (the pool) and test_rl_shardcast.py (the relay): one 50-step
+  run where there were two runs of 30 and 50 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from composer_prime.contract.volunteer import node_id
+from composer_prime.volunteer.keys import load_or_make
+from tests.conftest import ROOT, free_port
+from tests.support.readme_runs import bare_work_dir, run_commands
+from tests.support.rl_runs import log_tails
+
+RELAY_STEPS = 50
+
+
+@dataclass
+class RelayRun:
+    run: Path  # the rl output directory
+    origin_port: int
+    ids: dict[str, str]  # worker name -> the first 12 characters of its node id, as the metrics name it
+    cheat_rc: int
+    cheat_err: str
+
+
+@pytest.fixture(scope="session")
+def relay_run(tmp_path_factory) -> RelayRun:
+    return make_relay_run(tmp_path_factory.mktemp("relay-run"))
+
+
+def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
+    """The run, in `tmp`, at `seed` (the tests' thresholds were set from seeds 0, 1 and 2)."""
+    run, pool_port, origin_port = tmp / "run", free_port(), free_port()
+    rl = subprocess.Popen(
+        [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "@", "configs/volunteers.toml",
+         "--inference_replicas", "2", "--seed", str(seed), "--output_dir", str(run), "--max_steps", str(RELAY_STEPS),
+         "--inference.port", str(free_port()), "--weight_broadcast.port", str(origin_port),
+         "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.volunteers.port", str(pool_port),
+         "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    token = run / "orchestrator" / "volunteers.token"
+    deadline = time.time() + 300
+    while not token.exists():
+        assert rl.poll() is None and time.time() < deadline, log_tails(run)
+        time.sleep(0.5)
+    keys = {name: load_or_make(tmp / f"{name}.key") for name in ("honest0", "honest1", "cheat")}
+
+    def flags(name: str) -> list[str]:
+        return ["--join", f"http://127.0.0.1:{pool_port}", "--token_file", str(token), "--key_path", str(tmp / f"{name}.key"),
+                "--work_dir", str(tmp / name), "--device", "cpu", "--concurrency", "4"]  # dtype: the run's
+    workers = {name: subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.worker", *flags(name)], cwd=ROOT,
+                                      stderr=subprocess.PIPE, text=True) for name in ("honest0", "honest1")}
+    workers["cheat"] = subprocess.Popen([sys.executable, "-m", "tests.support.dishonest_worker", "OtherWeights", *flags("cheat")],
+                                        cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rl.wait(timeout=1500) == 0, log_tails(run)
+        cheat_rc, cheat_err = workers["cheat"].wait(timeout=60), workers["cheat"].stderr.read()
+    finally:
+        for p in [rl, *workers.values()]:
+            p.kill()
+            p.wait()
+    return RelayRun(run, origin_port, {name: node_id(k)[:12] for name, k in keys.items()}, cheat_rc, cheat_err)
+
+
+# The README's first two hint self-distillation commands, and what a test appends to each
+WARM_START = [("uv run python -m tool_calc.demos --out outputs/tool-calc-demos.jsonl --max-operand 99 -n 4000", list),
+              ("uv run sft --model tiny --data outputs/tool-calc-demos.jsonl --output_dir outputs/tool-calc-sft "
+               "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "120"])]
+
+
+@dataclass
+class WarmStart:
+    work: Path  # the working directory the README's commands ran in
+
+    @property
+    def model(self) -> Path:
+        return self.work / "outputs" / "tool-calc-sft"
+
+
+@pytest.fixture(scope="session")
+def tool_calc_warm_start(tmp_path_factory) -> WarmStart:
+    return WarmStart(run_commands(WARM_START, bare_work_dir(tmp_path_factory.mktemp("tool-calc-warm-start"))))
+
+
+# the breakdown's smallest settings: 2 groups of 4, 8 new tokens, 2 held-out tasks; 2 steps of which it reads the second
+BREAKDOWN = ["--device", "cpu", "--result", "breakdown", "--engines", "vllm", "--steps", "2", "--warmup", "1", "--repeats", "1",
+             "--rl-flags", "--orchestrator.batch_size 8 --orchestrator.group_size 4 --orchestrator.sampling.max_tokens 8 "
+                           "--orchestrator.eval.num_tasks 2"]
+
+
+@dataclass
+class Breakdown:
+    result: dict  # benchmarks/real_model.py's JSON: ["breakdown"]["cpu"]
+    work: Path  # its scratch directory, holding each rl run's directory
+    results: Path  # where it wrote its JSON and PNG
+
+    def run(self, async_level: int) -> Path:
+        return self.work / f"breakdown-cpu-vllm-async{async_level}-0"
+
+
+@pytest.fixture(scope="session")
+def smollm2_breakdown(tmp_path_factory) -> Breakdown:
+    tmp = tmp_path_factory.mktemp("smollm2-breakdown")
+    (tmp / "cwd").mkdir()  # from an empty working directory, into directories that do not exist yet (test_benchmarks.py)
+    results, work = tmp / "not-yet" / "results", tmp / "not-yet" / "outputs"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "real_model.py"), *BREAKDOWN, "--results", str(results), "--work", str(work)]
+    r = subprocess.run(cmd, cwd=tmp / "cwd", capture_output=True, text=True, timeout=1500,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
+    return Breakdown(json.loads((results / "real_model.json").read_text())["breakdown"]["cpu"], work, results)
