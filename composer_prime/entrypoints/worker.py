@@ -1,5 +1,5 @@
 """`uv run worker --join URL --token T`: lend this machine to a run as a volunteer inference node
-(volunteer/worker.py). Needs the `volunteer` extra (TOPLOC)."""
+(volunteer/worker.py). Needs TOPLOC: `uv run composer-prime toploc install`."""
 
 from __future__ import annotations
 

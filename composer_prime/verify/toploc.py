@@ -15,7 +15,7 @@ paper's thresholds on a toy model): the lease binds it by hash (contract/volunte
 
 toploc 0.1.6 returns null proofs when building fails and applies no threshold; both are handled
 here. Its Python verification path ignores each proof's modulus, so only its C++ path (a 2-D
-tensor, `skip_prefill=True`) is used. toploc is the optional `volunteer` extra.
+tensor, `skip_prefill=True`) is used. toploc is installed by `composer-prime toploc install` (verify/install.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _toploc():
         import toploc
         from toploc.C.csrc.poly import verify_proofs_base64
     except ImportError as e:
-        raise ProofError(f"TOPLOC is not installed ({e}): install the `volunteer` extra (README, Volunteers)") from None
+        raise ProofError(f"TOPLOC is not installed ({e}): run `uv run composer-prime toploc install`") from None
     return toploc, verify_proofs_base64
 
 
