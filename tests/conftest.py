@@ -43,16 +43,8 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own hook on each worker)
 def pytest_collection_modifyitems(config, items) -> None:
-    """The tests of a module with a module-scoped fixture (a server, a trained model) form one xdist group,
-    so that the fixture is made once, on one worker, as in a run without workers. Tests marked `gpu` run
-    only where CUDA is available; elsewhere they are skipped with that reason."""
-    for item in items:
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        shared = any(d.scope in ("module", "class") for fixturedefs in defs.values() for d in fixturedefs)
-        if shared and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped with that reason."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

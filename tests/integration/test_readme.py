@@ -111,7 +111,6 @@ def test_sft(tmp_path):
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
-@pytest.mark.xdist_group("tool_calc_warm_start")
 def test_tool_calc_distill(tool_calc_warm_start: WarmStart):
     """README: the demonstrations and the warm start (the session's, as the README types them), then GRPO +
     distill from it with the EMA teacher: the rl command reads the warm start's directory, trains both channels

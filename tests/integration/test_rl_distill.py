@@ -22,7 +22,6 @@ def rows(path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()]
 
 
-@pytest.mark.xdist_group("tool_calc_warm_start")
 @pytest.mark.parametrize("teacher", ["trainer", "inference"])
 def test_distill_loss_is_nonzero_in_every_step_with_error_sites(tmp_path, tool_calc_warm_start: WarmStart, teacher):
     run = tmp_path / "run"

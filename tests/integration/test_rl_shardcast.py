@@ -12,7 +12,6 @@ from tests.support.shared_runs import RELAY_STEPS, RelayRun
 
 
 @pytest.mark.alone  # workers starting on a loaded machine joined after the run had ended (seed 2, load 10)
-@pytest.mark.xdist_group("relay_run")
 def test_rl_learns_with_weights_through_a_relay_to_two_inference_servers(relay_run: RelayRun):
     run = relay_run.run
     configs = {p.stem: tomllib.loads(p.read_text()) for p in (run / "configs").glob("*.toml")}

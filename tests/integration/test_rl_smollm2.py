@@ -19,7 +19,6 @@ from tests.support.shared_runs import Breakdown
 MISMATCH_KL = 1e-5
 
 
-@pytest.mark.xdist_group("smollm2_breakdown")
 def test_two_synchronous_rl_steps_with_smollm2_are_on_policy(smollm2_breakdown: Breakdown):
     run = smollm2_breakdown.run(async_level=0)
     steps = rows(run / "trainer" / "metrics.jsonl")

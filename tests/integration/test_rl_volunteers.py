@@ -18,7 +18,6 @@ MISMATCH_KL = 0.1
 
 
 @pytest.mark.alone  # workers starting on a loaded machine joined after the run had ended (seed 2, load 10)
-@pytest.mark.xdist_group("relay_run")
 def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
     run, ids = relay_run.run, relay_run.ids
     assert relay_run.cheat_rc == 2 and relay_run.cheat_err.strip().splitlines()[-1].startswith("error: ejected by the run"), \

@@ -1,6 +1,6 @@
 """Runs that several test files read, made once per test session (pytest fixtures, registered in
-tests/integration/conftest.py). A test reading one is marked `xdist_group(<fixture name>)`, so that
-pytest-xdist hands every reader to the worker that made the run, and the run is made once.
+tests/integration/conftest.py), whichever pytest-xdist worker asks first: the others wait for it and
+read the same run (`once`). A run that failed fails its every reader with the same message.
 
 - `relay_run`: the volunteers' quickstart (`rl @ configs/quickstart.toml @ configs/volunteers.toml`, the
   README's command) with two trusted inference servers pulling every step through one SHARDCAST relay,
@@ -11,13 +11,17 @@ pytest-xdist hands every reader to the worker that made the run, and the run is 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -28,6 +32,28 @@ from tests.support.readme_runs import bare_work_dir, run_commands
 from tests.support.rl_runs import log_tails
 
 RELAY_STEPS = 50
+T = TypeVar("T")
+
+
+def once(name: str, tmp_path_factory: pytest.TempPathFactory, make: Callable[[Path], T]) -> T:
+    """`make(directory)`, run by the first worker of this session to ask; every other worker waits for it (an
+    exclusive lock) and gets the same result (pickled beside it). Workers' base directories are siblings
+    (popen-gw0, popen-gw1, ...); without workers the parent is the session's own."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done, failed = root / f"{name}.pickle", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(f"the shared run {name} failed for an earlier reader:\n{failed.read_text()}")
+        if not done.exists():
+            try:
+                result = make(Path(tmp_path_factory.mktemp(name)))
+            except BaseException as e:
+                failed.write_text(f"{type(e).__name__}: {e}"[-4000:])
+                raise
+            done.write_bytes(pickle.dumps(result))
+        return pickle.loads(done.read_bytes())
 
 
 @dataclass
@@ -41,7 +67,7 @@ class RelayRun:
 
 @pytest.fixture(scope="session")
 def relay_run(tmp_path_factory) -> RelayRun:
-    return make_relay_run(tmp_path_factory.mktemp("relay-run"))
+    return once("relay_run", tmp_path_factory, make_relay_run)
 
 
 def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
@@ -95,7 +121,7 @@ class WarmStart:
 
 @pytest.fixture(scope="session")
 def tool_calc_warm_start(tmp_path_factory) -> WarmStart:
-    return WarmStart(run_commands(WARM_START, bare_work_dir(tmp_path_factory.mktemp("tool-calc-warm-start"))))
+    return once("tool_calc_warm_start", tmp_path_factory, lambda tmp: WarmStart(run_commands(WARM_START, bare_work_dir(tmp))))
 
 
 # the breakdown's smallest settings: 2 groups of 4, 8 new tokens, 2 held-out tasks; 2 steps of which it reads the second
@@ -116,7 +142,10 @@ class Breakdown:
 
 @pytest.fixture(scope="session")
 def smollm2_breakdown(tmp_path_factory) -> Breakdown:
-    tmp = tmp_path_factory.mktemp("smollm2-breakdown")
+    return once("smollm2_breakdown", tmp_path_factory, make_breakdown)
+
+
+def make_breakdown(tmp: Path) -> Breakdown:
     (tmp / "cwd").mkdir()  # from an empty working directory, into directories that do not exist yet (test_benchmarks.py)
     results, work = tmp / "not-yet" / "results", tmp / "not-yet" / "outputs"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "real_model.py"), *BREAKDOWN, "--results", str(results), "--work", str(work)]
