@@ -9,9 +9,11 @@ rollouts/s with volunteer workers against trusted inference alone.
 
 calibration: per model and dtype (`volunteers.dtype`: what workers generate and audits prefill
 in), a trusted server (embedded engine; serving in that dtype, or in `--served`'s: a bfloat16 run
-auditing in float32 through a copy of its weights, written as `calibration-served-<dtype>`) and
-the real pool and validator; the workers generate with `--engine` (hf, or vllm: vLLM generates
-with the seeded sampler, or with `--draws engine` its own, tested statistically, and one prefill
+auditing in float32 through a copy of its weights, written as `calibration-served-<dtype>`) at
+weights v1, the model after one real trainer step (tests/support/volunteers.py `one_step`: the
+trainer's AdamW at lr 1e-4 on a cross-entropy loss; the "one step behind" cheat answers with v0),
+which the workers pull from the run's weights directory, and the real pool and validator; the
+workers generate with `--engine` (hf, or vllm: vLLM generates with the seeded sampler, or with `--draws engine` its own, tested statistically, and one prefill
 gives the proofs' states; written as `-engine-vllm[-draws-engine]`) (tests/support/volunteers.py, as the tests wire them); an honest worker answers
 `--honest` leases (chat prompts, 64 tokens at temperature 1, 8 in flight so its engine batches
 them) and each red-team cheat `--cheats`. Every audit's raw measurements are kept; the verdicts
@@ -76,6 +78,7 @@ CHEATS = {  # name: (class, attributes)
     "changed prompt token": (V.ChangedPrompt, {}),
     "claimed log-probs": (V.WrongLogprobs, {}),
     "replayed proofs": (V.Proofs, {"edit": None}),
+    "one step behind": (V.OldWeights, {}),  # still v0, the model one trainer step before the leased v1
 }
 SENTENCES = ["the quick brown fox jumps over the lazy dog", "a journey of a thousand miles begins with one step",
              "all that glitters is not gold", "to be or not to be, that is the question",
@@ -117,10 +120,15 @@ async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int,
 
 def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "",
               served: str = "", engine: str = "hf", draws: str = "seeded") -> dict:
+    import httpx
+
     work.mkdir(parents=True, exist_ok=True)
     ps = prompts(model, max(honest, cheats))
     env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
+    # v1 in the run's weights directory (pool_run's, where the pool tells workers to pull from)
+    v1 = V.one_step(Path(resolve_model(model)), work / "run" / "weights", SENTENCES)
     with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", served or dtype, "--device", "cpu"), env) as urls:
+        httpx.post(f"{urls['trusted']}/update_weights", json={"path": str(v1), "version": 1}, timeout=600).raise_for_status()
         async def go() -> dict:
             # the shipped beat (2 s, dead after 3 missed): a vLLM worker starting takes this machine's cores
             async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -19,12 +18,11 @@ import aiohttp
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from safetensors.torch import load_file, save_file
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.volunteer import hello
 from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost
-from composer_prime.transports.weights.filesystem import MARKER, step_dir
+from composer_prime.transports.weights.filesystem import step_dir
 from composer_prime.utils.net import free_port
 from composer_prime.volunteer.worker import Ejected, Worker
 from tests.conftest import start_until_ready
@@ -57,17 +55,10 @@ def serve_v1(model_dir, root, *flags: str, engine: str = "hf"):
 
 @pytest.fixture(scope="module")
 def trusted(tiny_model_dir, tmp_path_factory):
-    """(url, weights root): a trusted server at v1, the step a run's trainer would have published."""
-    import torch
-
+    """(url, weights root): a trusted server at v1, the step a run's trainer would have published: the
+    tiny model (v0) after one real step of the trainer's optimizer (V.one_step)."""
     root = tmp_path_factory.mktemp("weights")
-    step = step_dir(root, 1)
-    shutil.copytree(tiny_model_dir, step)
-    state = load_file(step / "model.safetensors")
-    g = torch.Generator().manual_seed(1)
-    save_file({k: v + 0.02 * v.float().std() * torch.randn(v.shape, generator=g) for k, v in state.items()},
-              step / "model.safetensors", metadata={"format": "pt"})
-    (step / MARKER).write_text("{}")
+    V.one_step(tiny_model_dir, root, ["reverse the letters of this sentence", "the quick brown fox jumps over the lazy dog"])
     proc, url = serve_v1(tiny_model_dir, root)
     yield url, root
     proc.terminate()
@@ -98,20 +89,24 @@ def test_honest_workers_pass_every_check_and_stay(trusted, tmp_path):
     assert not pool.ejected
 
 
-CASES = {  # name: (worker class, attributes, the check that rejects it)
+CASES = {  # name: (worker class, attributes, the check that rejects it, or the checks either of which may)
     "another model": (V.OtherWeights, {"scale": 1.0}, "toploc"),
-    "weights perturbed 1e-2": (V.OtherWeights, {"scale": 1e-2}, "logprobs"),
+    # at toploc's edge on this prompt (v1: mean mantissa error 2.03 of 2.0 allowed, a median 2 of 1), else
+    # logprobs (0.05 and 0.13 of 2e-4): the calibration's tiny float32 sets saw logprobs 10 of 10
+    "weights perturbed 1e-2": (V.OtherWeights, {"scale": 1e-2}, ("toploc", "logprobs")),
     "weights perturbed 1e-3": (V.OtherWeights, {"scale": 1e-3}, "logprobs"),
-    "older weights claimed as new": (V.OldWeights, {}, "toploc"),
+    "one step behind, claimed as new": (V.OldWeights, {}, "toploc"),
     "tampered tokens": (V.TamperedTokens, {}, "sampling"),
-    "changed prompt token": (V.ChangedPrompt, {}, "logprobs"),
+    # the proofs or the log-probs, whichever the prompt shows first (the calibration, tiny float32: 8 and 2 of 10)
+    "changed prompt token": (V.ChangedPrompt, {}, ("toploc", "logprobs")),
     "claimed log-probs": (V.WrongLogprobs, {}, "logprobs"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted, tmp_path, case):
-    cls, attrs, check = CASES[case]
+    cls, attrs, checks = CASES[case]
+    checks = (checks,) if isinstance(checks, str) else checks
 
     def worker(pool, name):
         w = V.make_worker(cls, pool, tmp_path, name)
@@ -123,9 +118,8 @@ def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted,
         w = worker(pool, "cheat")
         async with V.working(w):
             first = [await V.lease_once(client, pool, w, PROMPT, seed, 70) for seed in range(2)]
-            with pytest.raises(LeaseLost):  # ejected: no more leases
+            with pytest.raises(LeaseLost):  # ejected: no more leases (the worker stopping: test_an_ejected_worker_...)
                 await V.lease_once(client, pool, w, PROMPT, 2, 70)
-            await asyncio.sleep(1.5)  # its next beat hears it
         return w, [v for _, _, v in first], pool
 
     async def control(client, pool):
@@ -134,9 +128,9 @@ def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted,
             return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2] for seed in range(2)]
 
     w, verdicts, pool = run(trusted, tmp_path, cheat)
-    assert verdicts == [check, check]
+    assert len(verdicts) == 2 and set(verdicts) <= set(checks)
     assert w.node in pool.ejected and pool.members[w.node].status == "ejected"
-    assert run(trusted, tmp_path, control, **loosened(check)) == ["", ""]
+    assert run(trusted, tmp_path, control, **loosened(checks[0])) == ["", ""]
 
 
 def test_an_older_version_or_a_changed_prompt_said_openly_is_rejected_before_any_prefill(trusted, tmp_path):
@@ -158,9 +152,10 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
                                                                                                  tmp_path):
     """A run serving bfloat16 with `volunteers.dtype` float32 (the default): workers are told float32 at
     join and the audit prefills a float32 copy of v1, so an honest worker passes float32's thresholds and
-    weights 1e-3 off (within bfloat16's noise: they pass a bfloat16 audit, docs/volunteers.md) do not.
-    The same server with `volunteers.dtype` bfloat16 audits on its served model: the honest worker,
-    now in bfloat16, passes bfloat16's thresholds."""
+    weights 1e-3 off (within bfloat16's noise) fail `logprobs`. The same server with `volunteers.dtype`
+    bfloat16 audits on its served model: the honest worker, now in bfloat16, passes bfloat16's thresholds,
+    and so do the weights 1e-3 off (docs/volunteers.md): the float32 audit is what catches them. (The
+    calibration's smallest run in test_benchmarks.py audits on a server serving float32.)"""
     proc, bf16 = serve_v1(tiny_model_dir, trusted[1], "--dtype", "bfloat16")
     try:
         assert httpx.get(f"{bf16}/health").json()["dtype"] == "bfloat16"
@@ -182,8 +177,7 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
                             for w, seed in ((honest, 0), (honest, 1), (cheat, 2))]
             return honest.engine.dtype, verdicts, said
         assert run((bf16, trusted[1]), tmp_path, body) == ("float32", ["", "", "logprobs"], ["float32"] * 3)
-        dtype, verdicts, said = run((bf16, trusted[1]), tmp_path, body, dtype="bfloat16")
-        assert (dtype, verdicts[:2], said) == ("bfloat16", ["", ""], ["bfloat16"] * 3)
+        assert run((bf16, trusted[1]), tmp_path, body, dtype="bfloat16") == ("bfloat16", ["", "", ""], ["bfloat16"] * 3)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -245,6 +239,7 @@ def test_vllms_own_draws_are_tested_statistically_and_picked_tokens_fail(trusted
     (the statistical check's limit, docs/volunteers.md)."""
     verdicts, measured = vllm_leases(trusted, tmp_path, "engine")
     assert verdicts[:2] == ["", ""] and verdicts[3] == "sampling"
+    assert verdicts[2] in ("", "sampling")  # passes (10 of 10 in the calibration's tiny set); only the draws' test could see it
     assert measured[3]["surprisal_z"] < -4.5 < min(m["surprisal_z"] for m in measured[:2])
 
 
@@ -334,7 +329,10 @@ def test_a_node_that_stops_beating_mid_lease_is_dead_and_its_task_done_elsewhere
     c, waited, member = run(trusted, tmp_path, body)
     assert c.node.startswith("http://") and len(c.token_ids) == 20 and c.verdict == ""  # answered by the trusted server
     assert member.status == "dead" and member.counts["reassigned"] == 1
-    assert waited < 10  # dead after 3 missed beats of 0.5 s: long before the lease's 20 s deadline would have ended it
+    # dead after 3 missed beats of 0.5 s and the next sweep (at most 2 s after its last beat), then the trusted server
+    # generates: 2.22, 2.38, 2.45, 2.46, 2.55 s in 5 runs (2026-11-27, load average 8.4 on the 2 cores); the lease's
+    # 20 s deadline would have ended it far later
+    assert waited < 3.5
 
 
 def test_a_flood_of_requests_is_rate_limited(trusted, tmp_path):

@@ -41,6 +41,9 @@ async def pool_run(trusted_url: str, model: str, run_dir: Path, **volunteers):
     try:
         yield client, pool
     finally:
+        # its workers are gone by now: the server need not wait out their long polls for leases (up to
+        # `wait_s`, 5 s, at every stop), which uvicorn's graceful shutdown does
+        pool._server.force_exit = True
         await pool.stop()
         await client.close()
 
@@ -82,6 +85,33 @@ async def lease_once(client: InferenceClient, pool, worker: Worker, prompt: list
     return lease, sub, verdict
 
 
+def one_step(model_dir: Path, root: Path, texts: list[str], version: int = 1, lr: float = 1e-4) -> Path:
+    """weights/step_<version> under `root`, as a run's trainer publishes it (transports/weights/filesystem.py):
+    the model at `model_dir` after one step of the trainer's own optimizer (model/optim.py: AdamW with the
+    quickstart's [trainer.optim] at `lr`, its 1e-4 once warmed up; gradients clipped at `max_norm` as
+    train_step clips them) on a real loss: the next-token cross-entropy of `texts` (the `ce` channel's). A
+    fresh AdamW's step is sign-like: every weight with a gradient moves by `lr`. A worker still holding
+    `model_dir` is then exactly one trainer step behind."""
+    from transformers import AutoTokenizer
+
+    from composer_prime.config.models import OptimConfig
+    from composer_prime.model.optim import build_optimizer, set_lr
+    from composer_prime.trainer.model import load_model
+    from composer_prime.transports.weights.filesystem import write_step
+
+    model, tok = load_model(str(model_dir)), AutoTokenizer.from_pretrained(model_dir)
+    cfg = OptimConfig(lr=lr, warmup_steps=10)  # configs/quickstart.toml: lr 1e-4
+    optim = build_optimizer(model.parameters(), cfg)
+    set_lr(optim, cfg, cfg.warmup_steps, 150)  # the first step past the warm-up: `lr`
+    optim.zero_grad(set_to_none=True)
+    for text in texts:
+        ids = torch.tensor([tok(text)["input_ids"]])
+        (model(input_ids=ids, labels=ids).loss / len(texts)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_norm)
+    optim.step()
+    return write_step(root, version, model.state_dict(), Path(model_dir), model.config.tie_word_embeddings, torch.float32)
+
+
 # -- the red team: each overrides one step of an honest worker ---------------------------------
 def perturb(engine, scale: float, seed: int = 0) -> None:
     """Every weight w += scale * std(w) * N(0, 1), in place (relative noise of `scale`)."""
@@ -117,7 +147,8 @@ class OtherWeights(Worker):
 
 
 class OldWeights(Worker):
-    """Never loads new weights but claims the leased version."""
+    """Never loads new weights but claims the leased version: against a server at v1 written by
+    `one_step`, exactly one trainer step behind."""
 
     async def load(self, version, deadline):
         self.version = version

@@ -1,6 +1,7 @@
 """The volunteer pool's bookkeeping (orchestrator/volunteers.py) without its HTTP server: a lease
-answered, a node that dies mid-lease (its lease fails at once, it leaves the NodePool), ejection
-at `eject_after` rejections (its key refused from then on), the rate limit's bucket."""
+answered, a node that dies mid-lease (silent past `dead_after` beats, and not before: its lease fails
+at once, it leaves the NodePool), ejection at `eject_after` rejections (its key refused from then on),
+the rate limit's bucket."""
 
 import asyncio
 import time
@@ -11,6 +12,7 @@ from fastapi import HTTPException
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import Submission
+from composer_prime.orchestrator import volunteers
 from composer_prime.orchestrator.pool import NodePool
 from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost, Member, VolunteerPool
 
@@ -36,21 +38,42 @@ def test_a_lease_is_answered_by_its_submission():
     assert sub.lease_id == lease.lease_id and not p.pending and p.members["aa"].counts["leased"] == 1
 
 
-def test_a_dead_node_fails_its_leases_at_once_and_leaves_the_node_pool():
+class Clock:
+    """The pool's clock (`time` in orchestrator/volunteers.py), moved by hand: silences are exact."""
+
+    def __init__(self) -> None:
+        self.now = 1e9
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_a_node_silent_past_3_beats_is_dead_its_leases_fail_at_once_and_it_leaves_the_node_pool(monkeypatch):
+    """`dead_after` (3) beats, the shipped default: silent for 2.5 beat periods a node is alive through
+    several sweeps; at 3.5 the next sweep declares it dead and its lease fails at once."""
+    clock = Clock()
+    monkeypatch.setattr(volunteers, "time", clock)
+
     async def go():
         p = pool(lease_s=60)
+        p.cfg = p.cfg.model_copy(update={"heartbeat_s": 0.01})  # a sweep every 10 ms of real time
+        beat = p.cfg.heartbeat_s
         task = asyncio.create_task(p.lease(PREFIX + "aa", [1], SamplingParams(seed=0), 0))
         await asyncio.sleep(0)
-        p.members["aa"].last_beat -= 10  # silent for 10 s: more than 3 beats of 2 s
-        p.cfg = p.cfg.model_copy(update={"heartbeat_s": 0.01})
+        for m in p.members.values():
+            m.last_beat = clock.now - 2.5 * beat
         watch = asyncio.create_task(p._watch())
-        t = time.time()
-        with pytest.raises(LeaseLost, match="dead"):
-            await task
+        await asyncio.sleep(5 * beat)  # about 5 sweeps, the pool's clock standing still
+        alive = (p.members["aa"].status, task.done())
+        p.members["aa"].last_beat = clock.now - 3.5 * beat
+        await asyncio.wait({task}, timeout=1)  # the next sweep, 10 ms away (not the lease's 60 s deadline)
         watch.cancel()
-        return p, time.time() - t
-    p, waited = asyncio.run(go())
-    assert waited < 1 and p.members["aa"].status == "dead" and p.members["aa"].counts["reassigned"] == 1
+        return p, alive, task.exception() if task.done() else "still in flight"
+    p, alive, failed = asyncio.run(go())
+    assert alive == ("healthy", False)  # 2.5 beats missed: alive, its lease still in flight
+    assert isinstance(failed, LeaseLost) and "is dead" in str(failed)
+    assert p.members["aa"].status == "dead" and p.members["aa"].counts["reassigned"] == 1
+    assert p.members["bb"].status == "healthy"  # 2.5 beats: still alive
     assert sorted(p.nodes.nodes) == ["http://trusted", PREFIX + "bb"] and p.nodes.left[PREFIX + "aa"] == "dead"
 
 
