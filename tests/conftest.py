@@ -1,9 +1,16 @@
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
-from composer_prime.utils.net import free_port  # noqa: F401 - tests import it from here
+# setuptools before anything imports the standard library's distutils: torch.compile's C++ builder imports
+# setuptools, whose distutils shim then asserts it can load its own. A process of its own never met it; a test
+# worker, running many tests in one process, did (the compiled-step test after others on one worker).
+with contextlib.suppress(ImportError):
+    import setuptools  # noqa: F401
+
+from composer_prime.utils.net import free_port  # noqa: E402,F401 - tests import it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -67,7 +67,7 @@ ELSEWHERE = {
         "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
     "uv run composer-prime toploc install": "tests/integration/test_toploc_install.py::test_install_is_idempotent_and_finds_the_prebuilt_wheel",
     # a server that runs until stopped: the test starts it and drives it with OpenEnv's own clients
-    "uv run --extra openenv composer-prime env serve tool-calc --port 8000 --max-concurrent-envs 8":
+    "uv run --extra openenv composer-prime env serve tool-calc --port 8010 --max-concurrent-envs 8":
         "tests/integration/test_env_serve.py::test_generic_client_gold_answer_scores_1_and_a_wrong_one_0",
 }
 
@@ -120,8 +120,10 @@ def test_tool_calc_distill(tool_calc_warm_start: WarmStart):
     run = run_commands([rl], tool_calc_warm_start.work) / "outputs" / "tool-calc-distill"
     orch = rows(run / "orchestrator" / "metrics.jsonl")
     trainer = rows(run / "trainer" / "metrics.jsonl")
-    assert [r["step"] for r in trainer] == [0, 1, 2] and all("loss/rl" in r for r in trainer)
-    assert any(r.get("loss/distill", 0) > 0 for r in trainer)  # the warm start errs: some turns were hinted
+    assert [r["step"] for r in trainer] == [0, 1, 2] and all(r["trained_tokens"] > 0 for r in trainer)
+    # the warm start errs, so turns are hinted and distilled; its groups may all be flat at 3 steps of 4 tasks
+    # (every rollout wrong: the rl channel has nothing then, measured 2026-11-27), which is why distill is there
+    assert any(r.get("loss/distill", 0) > 0 for r in trainer)
     evals = [r for r in orch if "eval/tool-calc/tool_error_rate" in r]
     assert evals[0]["eval_version"] == 0 and evals[-1]["eval_version"] == 3
     assert evals[0]["eval/tool-calc/tool_calls"] > 0  # the warm start calls the tool (the README's 800 steps also answer)

@@ -11,7 +11,7 @@ from composer_prime.config.diloco import DiLoCoConfig
 
 BAD = [  # (settings, the key the error names)
     ({"sync_every": 6, "fragments": 4}, "sync_every"),  # H not a multiple of P
-    ({"sync_every": 2, "fragments": 4}, "sync_every"),  # fewer steps than fragments
+    ({"sync_every": 2, "fragments": 4}, "fragments"),  # more fragments than steps: said of fragments, the one asked
     ({"sync_every": 8, "fragments": 2, "delay": 4}, "delay"),  # τ = H/P
     ({"island": 2, "islands": 2, "lighthouse": "10.0.0.1:29510"}, "island"),
     ({"island": 0}, "lighthouse"),  # one island of many machines: where is everyone?
