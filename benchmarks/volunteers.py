@@ -3,6 +3,7 @@ rollouts/s with volunteer workers against trusted inference alone.
 
     uv run python benchmarks/volunteers.py --result calibration [--models tiny,smollm2-135m]
         [--dtypes float32,bfloat16] [--honest 64] [--cheats 8] [--trusted-isa AVX2] [--served bfloat16] [--engine vllm [--draws engine]]
+        [--device cuda]
     uv run python benchmarks/volunteers.py --result overhead [--models tiny,smollm2-135m] [--repeats 5]
     uv run python benchmarks/volunteers.py --result throughput [--workers 2] [--steps 4] [--batch 64] [--repeats 5]
     (each also takes --results DIR, default benchmarks/results, and --work DIR, default outputs/bench-volunteers)
@@ -119,7 +120,7 @@ async def answers(client, pool, worker: Worker, ps: list[list[int]], seed0: int,
 
 
 def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, progress: Progress, isa: str = "",
-              served: str = "", engine: str = "hf", draws: str = "seeded") -> dict:
+              served: str = "", engine: str = "hf", draws: str = "seeded", device: str = "cpu") -> dict:
     import httpx
 
     work.mkdir(parents=True, exist_ok=True)
@@ -127,7 +128,7 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
     env = {"ONEDNN_MAX_CPU_ISA": isa} if isa else None
     # v1 in the run's weights directory (pool_run's, where the pool tells workers to pull from)
     v1 = V.one_step(Path(resolve_model(model)), work / "run" / "weights", SENTENCES)
-    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", served or dtype, "--device", "cpu"), env) as urls:
+    with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", served or dtype, "--device", device), env) as urls:
         httpx.post(f"{urls['trusted']}/update_weights", json={"path": str(v1), "version": 1}, timeout=600).raise_for_status()
         async def go() -> dict:
             # the shipped beat (2 s, dead after 3 missed): a vLLM worker starting takes this machine's cores
@@ -145,7 +146,7 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
                 out = {}
                 for name, (cls, attrs) in {"honest": (Worker, {}), **CHEATS}.items():
                     w = V.make_worker(cls, pool, work, name.replace(" ", "-"), dtype="auto", max_model_len=1024,
-                                      engine=engine, draws=draws)
+                                      engine=engine, draws=draws, device=device)
                     for k, v in attrs.items():
                         setattr(w, k, v)
                     async with V.working(w):
@@ -320,6 +321,7 @@ def main() -> None:
                    help="calibration: the trusted server's dtype (default: each set's)")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="calibration: the workers' engine")
     p.add_argument("--draws", default="seeded", choices=["seeded", "engine"], help="calibration: a vllm worker's sampler")
+    p.add_argument("--device", default="cpu", help="calibration: where the trusted server and the workers run (cpu, cuda)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
@@ -338,10 +340,10 @@ def main() -> None:
         sets = [(m, d) for m in models for d in a.dtypes.split(",")]
         with Progress("calibration", total=len(sets) * (1 + len(CHEATS)), unit="workers") as progress:
             result["sets"] = {f"{m} {d}": summarise(calibrate(m, d, a.honest, a.cheats, work / f"{m}-{d}", progress,
-                                                              a.trusted_isa, a.served, a.engine, a.draws))
+                                                              a.trusted_isa, a.served, a.engine, a.draws, a.device))
                               for m, d in sets}
         result["trusted_isa"], result["served"] = a.trusted_isa or "default", a.served or "each set's dtype"
-        result["engine"], result["draws"] = a.engine, a.draws
+        result["engine"], result["draws"], result["device"] = a.engine, a.draws, a.device
         table = ["| model, dtype | honest: n, false rejects; worst exp mismatches / mant mean / log-prob err / draw "
                  "distance / n x min p-value / surprisal z | cheats: false accepts of n (caught by) |", "|---|---|---|"]
         for key, s in result["sets"].items():

@@ -60,12 +60,14 @@ SMALLEST = {
     # honest leases and 1 per cheat; one repeat of the costs; one worker, one batch of 8
     "volunteers:calibration": lambda: ["--result", "calibration", "--models", "tiny", "--dtypes", "float32", "--honest",
                                        "2", "--cheats", "1"],
+    # every step of the GPU check at its smallest, on the CPU: the machinery a GPU run uses (time boxes, logs, JSON)
+    "gpu_check": lambda: ["--device", "cpu", "--smallest", "--budget-scale", "2"],
     "volunteers:overhead": lambda: ["--result", "overhead", "--models", "tiny", "--repeats", "1"],
     "volunteers:throughput": lambda: ["--result", "throughput", "--workers", "1", "--steps", "1", "--batch", "8",
                                       "--repeats", "1"],
 }
 SCRATCH = {"quickstart", "broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv",
-           "diloco", "volunteers"}  # take --work
+           "diloco", "volunteers", "gpu_check"}  # take --work
 def sources_file(*sources: Path) -> Path:
     """A sources list (feature_deletion's --sources) naming local trees, in a fresh directory."""
     path = Path(tempfile.mkdtemp(prefix="fd-sources-")) / "sources.txt"
@@ -288,3 +290,18 @@ def test_overlap_against_its_bound():
     assert (o["t_gen_s"], o["t_train_s"]) == (1.0, 2.0)  # from the synchronous run
     assert o["bound"] == pytest.approx(1.5) and o["achieved"] == pytest.approx(1.25)  # 3.0 s -> 2.4 s per step
     assert o["fraction_of_bound"] == pytest.approx(1.25 / 1.5)
+
+
+def test_gpu_check(tmp_path):
+    """The GPU check's CPU variant: every step run in its own time box, each with its log and its JSON."""
+    out = run("gpu_check", tmp_path)
+    results = tmp_path / "not-yet" / "results"
+    assert (out["device"], out["smallest"]) == ("cpu", True) and set(out) >= {"machine", "date", "commit"}
+    assert [s["step"] for s in out["steps"]] == ["gpu_tier", "decode", "quickstart", "smollm2", "volunteers"]
+    assert all(s["status"] == "ok" and 0 < s["seconds"] <= s["box_s"] for s in out["steps"]), out["steps"]
+    for s in out["steps"]:
+        assert json.loads((results / f"{s['step']}.json").read_text()) == s and (results / f"{s['step']}.log").stat().st_size
+    steps = {s["step"]: s for s in out["steps"]}
+    assert steps["gpu_tier"]["results"]["tests"] >= 5 and steps["gpu_tier"]["results"]["skipped"] >= 5  # no CUDA here
+    assert steps["smollm2"]["results"]["steps"] == 1  # the step's machinery on the quickstart's config
+    assert {"summary", "bound"} <= set(json.loads((results / "real_model.json").read_text())["decode"]["cpu"])

