@@ -68,6 +68,9 @@ class DiLoCoConfig(Strict):
     @model_validator(mode="after")
     def _check(self) -> "DiLoCoConfig":
         h, p = self.sync_every, self.fragments
+        if p > h:  # the fragments asked for can never each sync in H steps: say so of fragments, not of H
+            raise FieldError("fragments", f"{p} is more than sync_every = {h}: every fragment syncs once per "
+                                          f"sync_every steps, one every sync_every / fragments steps")
         if h % p:
             raise FieldError("sync_every", f"{h} is not a multiple of fragments = {p}: every fragment syncs once "
                                            f"per {h} steps, one every sync_every / fragments steps")

@@ -144,6 +144,9 @@ class WorkerConfig(Strict):
     def _check(self) -> "WorkerConfig":
         if (self.token is None) == (self.token_file is None):
             raise FieldError("token", "give the join token as `token` or `token_file` (one of them)")
+        if self.token_file is not None and not self.token_file.expanduser().is_file():  # said now, not after a minute
+            raise FieldError("token_file", f"file not found: {self.token_file}; the run writes its join token to "
+                                           "<output_dir>/orchestrator/volunteers.token as it starts (its log names the file)")
         return self
 
     def join_token(self) -> str:

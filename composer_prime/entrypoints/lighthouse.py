@@ -4,6 +4,7 @@ DiLoCo islands (config/diloco.py), in this process until it is stopped."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(LighthouseConfig, sys.argv[1:] if argv is None else argv, {}, ports=True)
     if dry_run:
         return
+    os.environ.setdefault("RUST_LOG", "warn")  # its INFO line per quorum drowns a run's console (trainer/diloco.py)
     from torchft._torchft import LighthouseServer
 
     server = LighthouseServer(bind=f"{cfg.host}:{cfg.port}", min_replicas=cfg.min_replicas,

@@ -18,7 +18,7 @@ from composer_prime.utils.proc import pin_cpus
 
 def main(argv: list[str] | None = None) -> None:
     setup("orchestrator")
-    cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.PROCESS, ports=True)
+    cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.ORCHESTRATOR, ports=True)
     if dry_run:
         return
     if cfg.volunteers.enabled:  # the pool: its join token is what keeps strangers out

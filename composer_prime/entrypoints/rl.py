@@ -19,7 +19,7 @@ from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import check, check_binds, load, one_line_errors, place_of
 from composer_prime.config.plan import Process, plan, plan_islands
 from composer_prime.entrypoints import checks
-from composer_prime.model.resolve import resolve_model
+from composer_prime.model.resolve import decoder_layers, resolve_model
 from composer_prime.transports import auth
 from composer_prime.utils.logs import setup
 from composer_prime.utils.report import write_report
@@ -49,6 +49,10 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         check(cfg, checks.RUN, provenance)
         run = Path(cfg.output_dir)
         if cfg.diloco is not None:
+            layers = decoder_layers(cfg.model)  # the trainer would find out after loading it, a minute in
+            if layers is not None and cfg.diloco.fragments > layers:
+                raise ConfigError(f"diloco.fragments: {cfg.diloco.fragments} is more than the model's {layers} decoder "
+                                  f"layers ({place_of('diloco.fragments', provenance)})")
             if not dry_run:
                 check(cfg, checks.ISLAND, provenance)
             processes = plan_islands(cfg, provenance, resume_point if cfg.resume else None)
@@ -57,6 +61,10 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         for p in processes:
             if "cpus" in type(p.config).model_fields:
                 check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
+            if p.entrypoint == "inference":
+                check(p.config, {"engine": checks.check_engine}, provenance, prefix="inference.")
+            if p.entrypoint == "orchestrator":
+                check(p.config, {"volunteers": checks.check_toploc}, provenance, prefix="orchestrator.")
             if not dry_run and hasattr(p.config, "binds"):
                 check_binds(p.config.binds(), provenance, prefix=f"{p.name}.")
         # every environment installed, its args valid: what the orchestrator would find at start (at a
@@ -106,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     for where in sorted({Path(p.config.output_dir) for p in processes if p.name in finish}):  # one per island
         s = write_report(where, time.time() - start)
         log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
-                 f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}; report {where / 'report.md'}")
+                 f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}"
+                 + (f"; {s['volunteers']}" if s["volunteers"] else "") + f"; report {where / 'report.md'}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 
@@ -66,3 +67,19 @@ def resolve_model(name: str) -> str:
         return str(ensure_smollm2())
     path = Path(name).expanduser()
     return str(path) if path.exists() else name
+
+
+def decoder_layers(name: str) -> int | None:
+    """How many decoder layers the model `name` has, read without loading it (None where only a download
+    would say: a hub id, or a config without the field)."""
+    if name == "tiny":
+        from composer_prime.model.tiny import ARCH
+
+        return ARCH["num_hidden_layers"]
+    if name == "smollm2-135m":
+        return 30  # SmolLM2-135M-Instruct's config, as the wheel's GGUF gives it
+    config = Path(name).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text())
+    return data.get("num_hidden_layers", data.get("text_config", {}).get("num_hidden_layers"))

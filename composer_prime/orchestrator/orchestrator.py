@@ -46,6 +46,7 @@ from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
+from composer_prime.utils.report import volunteers_line
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ def env_metrics(prefix: str, rollouts: list[Rollout]) -> dict[str, float]:
     return out
 
 
+FLAT_STEPS = 3  # steps in a row with every group of an environment flat before the run says so
+
+
 def island_share(train: list, island: int, islands: int, env_id: str) -> list:
     """An island's train tasks: every `islands`-th from index `island` on, so islands never draw the
     same task; the held-out set stays whole, so every island is evaluated alike."""
@@ -129,11 +133,22 @@ class Orchestrator:
         self.trainer: str | None = None  # the trainer start we follow (the id it announces)
         self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
         self.restarts = 0  # trainer restarts followed (a metric)
+        self.flat_steps = {env.cfg.id: 0 for env in self.envs}  # steps in a row an environment put no group in the batch
         self.traces = TraceLog(self.run / "orchestrator" / "traces.jsonl") if cfg.record_traces else None
 
     def _group(self, env: EnvRun, task, size: int, seed: int):
         return group(self.client, self.tok, env.cfg.id, task, self.cfg.sampling, self.cfg.seq_len, env.cfg.max_turns,
                      size, seed, self.sem)
+
+    def warn_if_flat(self, info: dict, steps: int = FLAT_STEPS) -> None:
+        """Once per stretch: an environment whose every group was flat for `steps` steps in a row (all of a
+        group's rollouts scored alike, through every draw) gives the policy nothing to learn from it."""
+        for env in self.envs:
+            n = self.flat_steps[env.cfg.id] = 0 if info[f"env/{env.cfg.id}/groups_in_batch"] else self.flat_steps[env.cfg.id] + 1
+            if n == steps:
+                log.warning(f"{env.cfg.id}: no group with different rewards in {steps} steps (its reward "
+                            f"{info[f'env/{env.cfg.id}/reward']:.2f}, every rollout alike): nothing to learn from it. A model "
+                            "that never succeeds there needs a warm start first (docs/environments.md)")
 
     async def evaluate(self) -> tuple[dict, int]:
         """Held-out reward per environment on fixed tasks and seeds (comparable across steps);
@@ -290,6 +305,7 @@ class Orchestrator:
                 continue
             if step == cfg.max_steps:
                 break
+            self.warn_if_flat(info)
             if info["empty_batch"]:
                 log.info(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
                     f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
@@ -299,6 +315,7 @@ class Orchestrator:
             row |= self.volunteers.metrics() if self.volunteers is not None else {}
             metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
+            held += f" | {volunteers_line(row)}" if "volunteers/healthy" in row else ""
             log.info(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
                 f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
             step += 1

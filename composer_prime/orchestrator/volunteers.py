@@ -92,7 +92,9 @@ class VolunteerPool:
 
     async def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
+            # the run is over: no need to wait out the workers' long polls for leases (up to `wait_s` each),
+            # which uvicorn's graceful shutdown would; they hear that the pool is gone
+            self._server.should_exit = self._server.force_exit = True
         for t in self._tasks[1:]:
             t.cancel()
         for t in self._tasks:

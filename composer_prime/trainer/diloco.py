@@ -32,16 +32,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
-from torchft.checkpointing.pg_transport import PGTransport
-from torchft.local_sgd import DiLoCo
-from torchft.manager import Manager
-from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
-from composer_prime.config import TrainerConfig
-from composer_prime.config.diloco import DiLoCoConfig
-from composer_prime.trainer.diloco_wire import Wire, store_on, manager_server_on
-from composer_prime.trainer.outer_sync import Stateful
-from composer_prime.transports.auth import is_loopback
+# torchft's own INFO lines (its Rust side prints every quorum, a structure of hundreds of characters;
+# its Python side every commit) drowned the run's step and sync lines: 283 of 614 console lines.
+# RUST_LOG=info, set by the user, brings them back. Before torchft's native module is loaded.
+os.environ.setdefault("RUST_LOG", "warn")
+for _name in ("torchft", "torchft_quorums", "torchft_commits"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+from torchft.checkpointing.pg_transport import PGTransport  # noqa: E402
+from torchft.local_sgd import DiLoCo  # noqa: E402
+from torchft.manager import Manager  # noqa: E402
+from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL  # noqa: E402
+
+from composer_prime.config import TrainerConfig  # noqa: E402
+from composer_prime.config.diloco import DiLoCoConfig  # noqa: E402
+from composer_prime.trainer.diloco_wire import Wire, store_on, manager_server_on  # noqa: E402
+from composer_prime.trainer.outer_sync import Stateful  # noqa: E402
+from composer_prime.transports.auth import is_loopback  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,9 @@ class _Console(logging.StreamHandler):
 def setup(process: str, quiet: bool = False, stderr: bool = False, stream: TextIO | None = None) -> None:
     """Route every logger of this process to stdout (stderr with `stderr`, or a given `stream`) as
     `[process] message`. Called again, it replaces what the previous call set up."""
+    # transformers' "Loading weights" bars (a blank line and two bars at every load: each audit's copy, each
+    # rank's model) went to every process's stderr; it reads this when first imported, so before that
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     handler = logging.StreamHandler(stream) if stream is not None else _Console(stderr)  # flushes after each line
     name = os.environ.get(PROCESS_ENV, process)
     handler.setFormatter(logging.Formatter(f"[{name}] %(message)s"))

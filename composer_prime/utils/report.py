@@ -12,6 +12,18 @@ def metrics_rows(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
+def volunteers_line(row: dict) -> str | None:
+    """The volunteers' counts in a metrics row (orchestrator/volunteers.py's), in words; None without volunteers."""
+    if "volunteers/healthy" not in row:
+        return None
+    per_node = [(k.split("/")[2], v) for k, v in row.items() if k.startswith("volunteers/") and k.count("/") == 2
+                and not k.startswith("volunteers/refused/")]
+    total = lambda pick: sum(v for what, v in per_node if pick(what))  # noqa: E731
+    return (f"volunteers {row['volunteers/healthy']:.0f} healthy, {row['volunteers/ejected']:.0f} ejected; "
+            f"{total(lambda w: w == 'accepted'):.0f} of {total(lambda w: w == 'leased'):.0f} leases accepted, "
+            f"{total(lambda w: w.startswith('rejected')):.0f} rejected")
+
+
 def _mean(rows: list[dict], key) -> float:
     return sum(key(r) if callable(key) else r.get(key, 0.0) for r in rows) / max(1, len(rows))
 
@@ -63,6 +75,7 @@ def summarize(run: Path, wall_s: float | None = None) -> dict:
         "eval_curve": evals,
         "train_curve": train,
         "time_per_step": time_breakdown(run),
+        "volunteers": next((volunteers_line(r) for r in reversed(orch) if "volunteers/healthy" in r), None),
     }
 
 
@@ -98,7 +111,8 @@ def write_report(run: Path, wall_s: float | None = None) -> dict:
         f"- steps: {s['steps']}\n- wall time: {fmt(s['wall_s'], '{:.0f}')} s\n"
         f"- rollouts: {s['rollouts']} ({fmt(s['rollouts_per_s'], '{:.1f}')}/s)\n"
         f"- trainer busy fraction: {fmt(s['trainer_busy_fraction'])}\n"
-        f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n{where}\n"
+        f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n{where}"
+        + (f"- {s['volunteers']}\n" if s["volunteers"] else "") + "\n"
         "![reward](reward.png)\n"
     )
     return s

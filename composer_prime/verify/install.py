@@ -9,7 +9,8 @@ environment (no build isolation). So, in order:
    beside the checkout: this machine kind's, built for its torch): installed, then imported in a
    fresh interpreter; one that does not import is uninstalled and the next step runs;
 3. built from the PyPI sdist against this environment's torch (`--no-build-isolation`, with
-   setuptools and ninja; about 1.5 minutes on 2 cores).
+   setuptools and ninja; 1.5 minutes on a quiet 2-core machine, 6 on a loaded one: a line every 30 s
+   says it is still building).
 
 `uv sync` (exact) removes what the lock does not name, so run this after it; `uv run` keeps it.
 """
@@ -20,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 VERSION = "0.1.6"
@@ -31,10 +33,21 @@ def importable() -> bool:
     return subprocess.run([sys.executable, "-c", "import toploc.C.csrc.poly"], capture_output=True).returncode == 0
 
 
-def _pip(*args: str) -> None:
+def _pip(*args: str, still: str = "") -> None:
+    """`uv pip` (or pip) with these arguments; with `still`, a line every 30 s while it runs (a build's minutes)."""
     uv = shutil.which("uv")
     cmd = [uv, "pip", *args[:1], "--python", sys.executable, *args[1:]] if uv else [sys.executable, "-m", "pip", *args]
-    subprocess.run(cmd, check=True, env={**os.environ, "MAX_JOBS": str(os.cpu_count() or 1)})
+    proc = subprocess.Popen(cmd, env={**os.environ, "MAX_JOBS": str(os.cpu_count() or 1)})
+    start = time.monotonic()
+    while True:
+        try:
+            proc.wait(timeout=30)
+            break
+        except subprocess.TimeoutExpired:
+            if still:
+                print(f"{still}: still running after {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 def wheels_for_this_python(wheels: Path) -> list[Path]:
@@ -52,7 +65,9 @@ def install(wheels: Path = DEFAULT_WHEELS) -> str:
             return f"toploc installed from {wheel}"
         _pip("uninstall", "toploc")  # built for another torch: build instead
     _pip("install", "setuptools", "wheel", "ninja")
-    _pip("install", "--no-deps", "--no-build-isolation", "--no-binary", "toploc", f"toploc=={VERSION}")
+    print(f"building toploc {VERSION} from source against this torch (1.5 to 6 minutes on 2 cores)", file=sys.stderr, flush=True)
+    _pip("install", "--no-deps", "--no-build-isolation", "--no-binary", "toploc", f"toploc=={VERSION}",
+         still="building toploc")
     if not importable():
         raise RuntimeError("toploc was built but does not import; see the build output above")
     return f"toploc {VERSION} built from source against torch in {sys.prefix}"

@@ -46,6 +46,17 @@ class Ejected(RuntimeError):
     """The run ejected this node (or refused its token): nothing more to do."""
 
 
+class PoolGone(Exception):
+    """The pool stopped answering: its run has ended (said once, however many lease loops saw it)."""
+
+
+def unreachable(e: aiohttp.ClientError, url: str) -> str:
+    """A connection failure in words, not aiohttp's repr of its connection key."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"nothing answers at {url} ({e.os_error.strerror or e.os_error})"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
 class Worker:
     def __init__(self, cfg: WorkerConfig, key) -> None:
         self.cfg, self.key, self.node = cfg, key, node_id(key)
@@ -113,7 +124,7 @@ class Worker:
                     await self.join()
             except aiohttp.ClientError as e:
                 if not failing:  # once per outage, not once per beat
-                    log.warning(f"heartbeat failed: {e!r}")
+                    log.warning(f"heartbeat failed: {unreachable(e, self.url)}")
                 failing = True
 
     async def _work(self, beat: asyncio.Task) -> None:
@@ -122,7 +133,9 @@ class Worker:
         try:
             done, _ = await asyncio.wait([beat, *loops], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                t.result()  # Ejected from the beat or a loop
+                t.result()  # Ejected from the beat or a loop; PoolGone from a loop
+        except PoolGone:
+            log.info("the pool is gone: the run has ended")
         finally:
             for t in loops:
                 t.cancel()
@@ -133,8 +146,7 @@ class Worker:
             try:
                 status, body = await self.post("lease", hello(self.key, "lease", wait_s=5.0))
             except aiohttp.ClientConnectionError:
-                log.info("the pool is gone: the run has ended")
-                return
+                raise PoolGone from None
             if status == 204:
                 continue
             if status == 403 and "ejected" in body["detail"]:

@@ -66,6 +66,11 @@ ROWS = [
     ("rl", ["@", "configs/diloco.toml", "--diloco.sync_every", "6", "--diloco.fragments", "4", "--dry-run"],
      "diloco.sync_every: 6 is not a multiple of fragments = 4: every fragment syncs once per 6 steps, one every "
      "sync_every / fragments steps (command line)"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.fragments", "8", "--dry-run"],  # the tiny model has 4 layers
+     "diloco.fragments: 8 is more than the model's 4 decoder layers (command line)"),
+    ("rl", ["@", "configs/diloco.toml", "--diloco.fragments", "40", "--dry-run"],
+     "diloco.fragments: 40 is more than sync_every = 8: every fragment syncs once per sync_every steps, one every "
+     "sync_every / fragments steps (command line)"),
     ("rl", ["@", "configs/diloco.toml", "--diloco.wire_dtype", "quantized", "--dry-run"],
      "diloco.wire_dtype: \"quantized\" needs CUDA and Triton (torchft's FP8 kernels); without them torchft would send "
      "float32 without a word: use float32 or bfloat16 (command line)"),
@@ -89,6 +94,9 @@ ROWS = [
      "join: nothing answers at 127.0.0.1:{closed} (Connection refused); start it first (command line)"),
     ("worker", ["--join", "http://127.0.0.1:1", "--dry-run"],
      "token: give the join token as `token` or `token_file` (one of them)"),
+    ("worker", ["--join", "http://127.0.0.1:1", "--token_file", "{tmp}/volunteers.token", "--dry-run"],
+     "token_file: file not found: {tmp}/volunteers.token; the run writes its join token to "
+     "<output_dir>/orchestrator/volunteers.token as it starts (its log names the file) (command line)"),
     ("worker", ["--join", "http://127.0.0.1:1", "--token", "t", "--concurrency", "0", "--dry-run"],
      "concurrency: Input should be greater than or equal to 1"),
     ("sft", ["--data", "{tmp}/missing.jsonl", "--dry-run"], "data: file not found: {tmp}/missing.jsonl"),

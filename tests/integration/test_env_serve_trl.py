@@ -26,7 +26,7 @@ from tool_calc.taskset import evaluate
 from tests.conftest import ROOT
 from tests.integration.conftest import serve_env, stop
 
-DOCS_URL = "http://127.0.0.1:8000"
+DOCS_URL = "http://127.0.0.1:8010"
 STEPS, PROMPTS, GROUP = 2, 2, 4
 
 

@@ -41,9 +41,6 @@ async def pool_run(trusted_url: str, model: str, run_dir: Path, **volunteers):
     try:
         yield client, pool
     finally:
-        # its workers are gone by now: the server need not wait out their long polls for leases (up to
-        # `wait_s`, 5 s, at every stop), which uvicorn's graceful shutdown does
-        pool._server.force_exit = True
         await pool.stop()
         await client.close()
 

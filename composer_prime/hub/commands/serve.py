@@ -92,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve an installed environment as an OpenEnv server (needs --extra openenv)")
     p.add_argument("env", help="installed environment id (tool-calc, reverse-text, feature-deletion) or package directory")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; beyond loopback needs keys)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--port", type=int, default=8010, help="port to listen on (default 8010: the quickstart's inference has 8000)")
     p.add_argument("--max-concurrent-envs", type=int, default=1,
                    help="episodes served at once, one per connection; one more is refused with CAPACITY_REACHED (default 1)")
     p.add_argument("--args", help='taskset config as JSON, e.g. \'{"split": "eval"}\'')

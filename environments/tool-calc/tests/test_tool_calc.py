@@ -96,8 +96,9 @@ def test_demonstrations_cli_writes_wrong_calls_and_never_held_out_questions(tmp_
     import sys
 
     out = tmp_path / "demos.jsonl"
-    subprocess.run([sys.executable, "-m", "tool_calc.demos", "--out", str(out), "-n", "400", "--max-operand", "99"],
-                   check=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "tool_calc.demos", "--out", str(out), "-n", "400", "--max-operand", "99"],
+                       check=True, timeout=120, capture_output=True, text=True)
+    assert r.stdout == f"wrote 400 demonstrations to {out}\n"  # a success says what it made, and where
     demos = [json.loads(ln)["messages"] for ln in out.read_text().splitlines()]
     assert len(demos) == 400 and all(m[-1]["role"] == "assistant" for m in demos)
     held_out = {f"{a} {op} {b}" for a, op, b in questions(ToolCalcConfig(split="eval", max_operand=99))}

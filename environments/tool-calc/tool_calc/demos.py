@@ -75,6 +75,7 @@ def main() -> None:
     with open(a.out, "w") as f:
         for d in demonstrations(a.n, a.error_rate, a.hint_rate, a.seed, a.max_operand):
             f.write(json.dumps(d) + "\n")
+    print(f"wrote {a.n} demonstrations to {a.out}")  # the result, for a newcomer and a script alike
 
 
 if __name__ == "__main__":

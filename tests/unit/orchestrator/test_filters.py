@@ -67,3 +67,17 @@ def test_dynamic_sampling_off_and_a_third_filter_joining(tiny_model_dir):
     c = asyncio.run(o.collect(0))
     assert [g for g, _ in c.groups] == [flat, flat]  # flat groups kept without dynamic sampling
     assert (c.stats["has_wrong"], c.stats["flat_groups"], c.flat) == (1, 0, [])
+
+
+def test_an_environment_flat_for_three_steps_in_a_row_is_warned_of_once_per_stretch(tiny_model_dir, caplog):
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2)
+    [env] = [e.cfg.id for e in o.envs]
+    step = lambda kept: o.warn_if_flat({f"env/{env}/groups_in_batch": kept, f"env/{env}/reward": 0.0})  # noqa: E731
+    with caplog.at_level("WARNING", logger="composer_prime.orchestrator.orchestrator"):
+        for kept in (0, 0, 1, 0, 0, 0, 0, 0):  # flat 2, a group, then flat 5: warned at the 3rd of those
+            step(kept)
+        assert [r.getMessage().split(":")[0] for r in caplog.records] == [env]
+        step(2)
+        for _ in range(3):
+            step(0)
+        assert len(caplog.records) == 2  # a new stretch, said again
