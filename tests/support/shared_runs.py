@@ -7,6 +7,13 @@ read the same run (`once`). A run that failed fails its every reader with the sa
   two honest `uv run worker` processes and one dishonest worker (its weights 1% off the run's) joining at
   run time. Read by test_rl_volunteers.py (the pool) and test_rl_shardcast.py (the relay): one 50-step
   run where there were two runs of 30 and 50 steps.
+- `tool_calc_warm_start`: the README's hint self-distillation warm start (tool-calc demonstrations with
+  wrong calls, then `sft`), run as the README types it with 120 steps in place of 800. Read by
+  test_readme.py (the README's `rl` command after it) and test_rl_distill.py (both distill teachers).
+- `smollm2_breakdown`: benchmarks/real_model.py's breakdown at its smallest: SmolLM2-135M on the shipped
+  CPU config (configs/smollm2-135m.toml, vLLM-CPU as shipped), 2 steps as shipped and 2 at
+  max_async_level 0. Read by test_benchmarks.py (the benchmark's result) and test_rl_smollm2.py (the
+  synchronous run: on-policy at both steps, so the second checks the swapped weights).
 """
 
 from __future__ import annotations
