@@ -50,8 +50,23 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+# The files whose tests take longest (minutes of test time at f448e75, 2026-11-27), handed to the
+# workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so a
+# long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
+LONGEST_FIRST = ("test_benchmarks.py", "test_readme.py", "test_rl_diloco.py", "test_rl_volunteers.py",
+                 "test_rl_shardcast.py", "test_volunteers.py", "test_rl_openenv.py")
+
+
+def first_by_length(items: list) -> None:
+    """Stable: the LONGEST_FIRST files in that order, then everything as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped with that reason."""
+    """The longest files first (above); tests marked `gpu` run only where CUDA is available, elsewhere
+    they are skipped with that reason."""
+    first_by_length(items)
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

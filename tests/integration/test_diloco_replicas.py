@@ -32,7 +32,7 @@ def fragment_of(name: str) -> int:
     return 0
 
 
-def launch_islands(tmp_path, model_dir, diloco: dict, steps: int, ranks: int = 1) -> None:
+def launch_islands(tmp_path, model_dir, diloco: dict, steps: int, ranks: int = 1, run: dict | None = None) -> None:
     """Two islands (one process each, or `ranks` under torchrun) and a real lighthouse on loopback;
     each records to tmp_path (diloco_worker.py)."""
     lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=1000)
@@ -40,7 +40,7 @@ def launch_islands(tmp_path, model_dir, diloco: dict, steps: int, ranks: int = 1
     diloco = {"islands": 2, "min_islands": 2, "lighthouse": f"127.0.0.1:{port}", **diloco}
     launcher = [] if ranks == 1 else ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-addr=127.0.0.1"]
     procs = [subprocess.Popen([sys.executable, *launcher, *([f"--master-port={free_port()}"] if launcher else []), str(WORKER),
-                               str(model_dir), str(tmp_path), str(i), json.dumps(diloco), json.dumps({"steps": steps})],
+                               str(model_dir), str(tmp_path), str(i), json.dumps(diloco), json.dumps({"steps": steps, **(run or {})})],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     try:
         outs = [p.communicate(timeout=300)[0] for p in procs]
@@ -51,8 +51,8 @@ def launch_islands(tmp_path, model_dir, diloco: dict, steps: int, ranks: int = 1
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
 
 
-def run_islands(tmp_path, diloco: dict, steps: int = STEPS) -> list[dict]:
-    launch_islands(tmp_path, tmp_path / "model", diloco, steps)
+def run_islands(tmp_path, diloco: dict, steps: int = STEPS, run: dict | None = None) -> list[dict]:
+    launch_islands(tmp_path, tmp_path / "model", diloco, steps, run=run)
     return [torch.load(tmp_path / f"island{i}.pt") for i in range(2)]
 
 
@@ -117,3 +117,28 @@ def test_islands_of_two_ranks_each_sync_their_shards(model_dir, tmp_path):
             torch.testing.assert_close(a["after"][1][n], a["initial"][n] - 0.5 * delta, rtol=0, atol=2e-6)
         others = [n for n in a["initial"] if fragment_of(n) == 1]
         assert not all(torch.equal(a["after"][1][n], b["after"][1][n]) for n in others)
+
+
+@pytest.mark.gpu
+def test_islands_on_gpus_sync_over_nccl_with_the_quantized_wire(model_dir, tmp_path):
+    """The GPU's wire: each island on its own GPU, all-reducing over NCCL in torchft's FP8 (one byte
+    a value). The synced fragment is bit-identical on both islands and within FP8's rounding of the
+    exact θ_prev − η·mean(Δ), yet not equal to it (a wire that quietly sent float32 fails here);
+    the other fragment differs. NCCL refuses two ranks on one GPU, so this needs two GPUs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs: NCCL refuses two islands on one device")
+    a, b = run_islands(tmp_path, {"sync_every": 4, "fragments": 2, "outer_lr": 1.0, "outer_momentum": 0.0,
+                                  "alpha": 0.0, "wire_dtype": "quantized"}, steps=2, run={"device": "cuda"})
+    names = [n for n in a["initial"] if fragment_of(n) == 0]
+    assert a["metrics"][1]["diloco/bytes"] == sum(a["initial"][n].numel() for n in names)  # FP8: a byte a value
+    all_exact = True
+    for n in names:
+        mean_delta = ((a["initial"][n] - a["local"][1][n]) + (a["initial"][n] - b["local"][1][n])) / 2
+        expected = a["initial"][n] - mean_delta
+        assert torch.equal(a["after"][1][n], b["after"][1][n]), n
+        # e4m3 keeps 3 mantissa bits (≤ 6.25% per rounding); torchft rounds twice (before and after the sum)
+        err = (a["after"][1][n] - expected).abs().max().item()
+        assert err <= 0.13 * mean_delta.abs().max().item() + 1e-7, (n, err)
+        all_exact &= torch.equal(a["after"][1][n], expected)
+    assert not all_exact  # the values really went through FP8
+    assert not all(torch.equal(a["after"][1][n], b["after"][1][n]) for n in a["initial"] if fragment_of(n) == 1)

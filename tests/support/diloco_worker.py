@@ -7,7 +7,8 @@ own shards in OUT/island{ISLAND}-rank{RANK}.pt), AdamW as the inner optimizer, a
 and `seed`; a resumed island first skips the batches of the steps its checkpoint holds, so it draws
 what a run without the crash would have), `pause` seconds after each, stopping early once the file
 `until` exists (an island kept alive while another restarts); `snapshots` "syncs" keeps the weights
-only after syncs.
+only after syncs; `device` "cuda" puts island i on GPU i (its one-rank group on NCCL), so the islands
+all-reduce over NCCL, which refuses two ranks on one GPU: that needs a GPU per island.
 Before DiLoCo's hooks see each step, the parameters are recorded (the island's θ_local); after the
 step returns, again (after any sync), with the Manager's step and the island's metrics. Also the
 process's listening sockets once the replica is up. Everything goes to OUT/island{ISLAND}.pt.
@@ -39,7 +40,7 @@ from composer_prime.trainer.parallel import ParallelDims, dp_mesh
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.data.to_local().clone() for n, p in model.named_parameters()}
+    return {n: p.data.to_local().detach().cpu().clone() for n, p in model.named_parameters()}
 
 
 def listening() -> list[str]:
@@ -48,16 +49,20 @@ def listening() -> list[str]:
 
 def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "die_after": None, "until": None,
-            "snapshots": "all"} | json.loads(run)
+            "snapshots": "all", "device": "cpu"} | json.loads(run)
+    device = opts["device"]
+    if device == "cuda":
+        torch.cuda.set_device(island)
     if "WORLD_SIZE" in os.environ:  # an island of several ranks, under torchrun
         dist.init_process_group("gloo")
     else:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        backend = "nccl" if device == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank = dist.get_rank()
     torch.set_num_threads(1)
     cfg = TrainerConfig(diloco={**json.loads(diloco), "island": island})
     torch.manual_seed(0)  # the same initial weights on every island
-    model = shard(load_model(model_dir), dp_mesh(ParallelDims.of_world(1).build("cpu")))
+    model = shard(load_model(model_dir).to(device), dp_mesh(ParallelDims.of_world(1).build(device)))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ckpt = Path(out) / f"ckpt-island{island}"
     hook = Island(cfg, SimpleNamespace(model=model, optim=optim))
@@ -77,7 +82,7 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
         for step in range(done + 1, done + opts["steps"] + 1):
             if opts["until"] and Path(opts["until"]).exists():
                 break
-            ids = torch.randint(0, vocab, (4, 16), generator=gen)
+            ids = torch.randint(0, vocab, (4, 16), generator=gen).to(device)
             optim.zero_grad()
             model(input_ids=ids, labels=ids).loss.backward()
             optim.step()
