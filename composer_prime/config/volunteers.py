@@ -11,7 +11,12 @@ volunteers.py) admits a completion only when every check passes. Defaults and th
   docs/volunteers.md); the paper's 38 / 10 / 8 let one changed token through on a toy model;
 - float32 audits whatever the run serves in: bfloat16 audits let weights within its noise through;
 - log-prob tolerance and replay margin: calibrated the same way;
-- ejected after 2 rejections: one can be bad luck at a threshold, two are a pattern.
+- ejected at 2 strikes: a failed check is a strike (one can be bad luck at a threshold, two are a
+  pattern); a missed deadline or a submission checked too late (the trusted servers had moved on)
+  a quarter of one, so hoarding a group's 8 leases ejects; each accepted submission takes half a
+  strike off (an honest node's occasional miss fades, a cheat that passes with probability p
+  gains (1 - p) - p/2 strikes a lease: ejected unless p > 2/3);
+- on probation for its first 16 accepted submissions: one request (a group's leases) in flight.
 """
 
 from __future__ import annotations
@@ -85,8 +90,16 @@ class VolunteersConfig(Strict):
                                                      "replayed); add any to accept vLLM's own sampler, tested "
                                                      "statistically (a substituted plausible token or the likeliest "
                                                      "tokens of a confident model pass: docs/volunteers.md)")
-    eject_after: int = Field(2, ge=1, description="rejected submissions after which a node is ejected and its "
-                                                  "key refused")
+    eject_after: float = Field(2.0, gt=0, description="strikes at which a node is ejected and its key refused: "
+                                                      "a failed check is one")
+    strike_missed: float = Field(0.25, ge=0, description="strikes for a lease whose deadline passed (hoarded, or "
+                                                        "held by a node that went silent)")
+    strike_unverifiable: float = Field(0.25, ge=0, description="strikes for a submission no trusted server could "
+                                                              "check any more (it came after they moved on)")
+    strike_decay: float = Field(0.5, ge=0, description="strikes taken off by each accepted submission")
+    probation_accepted: int = Field(16, ge=0, description="accepted submissions before a new node leaves probation")
+    probation_requests: int = Field(1, ge=1, description="requests (a group's leases each) a node on probation "
+                                                         "may have in flight")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="what workers generate in and the audits "
                                                   "prefill in, whatever the trusted servers serve in (a bfloat16 "
                                                   "server audits through a float32 copy of the weights): at "

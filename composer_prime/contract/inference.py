@@ -5,12 +5,32 @@ The token route (/inference/v1/generate) answers n generations of one prompt as 
 `Scores` as its fields. Log-probs follow one convention everywhere in composer-prime: they are
 log-probs of the distribution actually sampled from (logits divided by the temperature), so the
 trainer can recompute them exactly.
+
+A completion ends at its first stop token (kept) or at its token budget: `completion_end` says where,
+and nothing after it is ever part of a rollout (orchestrator/rollouts.py) nor accepted from a
+volunteer (filters/volunteers.py: a completion cut short or run past a stop token is rejected).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+
+def completion_end(token_ids: Sequence[int], stop_token_ids: Iterable[int]) -> int:
+    """The length of the completion that counts: up to and including its first stop token, all of it
+    without one."""
+    stops = set(stop_token_ids)
+    return next((i + 1 for i, t in enumerate(token_ids) if t in stops), len(token_ids))
+
+
+def boundary_valid(token_ids: Sequence[int], stop_token_ids: Iterable[int], max_tokens: int) -> bool:
+    """A whole completion: it ends in its first stop token, or has none and fills `max_tokens` (the
+    request's budget, which the orchestrator already cut to the sequence's room)."""
+    stops = set(stop_token_ids)
+    end = completion_end(token_ids, stops)
+    return end == len(token_ids) and (bool(token_ids) and token_ids[-1] in stops or len(token_ids) == max_tokens)
 
 
 @dataclass

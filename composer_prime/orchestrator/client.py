@@ -153,14 +153,15 @@ class InferenceClient:
         """n leases (seed + i) to the volunteer `url`, each submission validated; its verdict on the completion."""
         pool, validator = self.volunteers
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(62)  # the pool's pick, never the node's
-        got = await asyncio.gather(*(pool.lease(url, prompt_ids, sampling.model_copy(update={"seed": seed + i}), self.served)
-                                     for i in range(n)))
+        async with pool.request(url):  # a node on probation: one request at a time
+            got = await asyncio.gather(*(pool.lease(url, prompt_ids, sampling.model_copy(update={"seed": seed + i}),
+                                                    self.served) for i in range(n)))
         out = []
         for lease, sub in got:
             try:
                 verdict = await validator.check(lease, sub)
-            except Unverifiable:
-                pool.count(sub.node_id, "unverifiable")  # not the node's fault: never charged
+            except Unverifiable:  # checked after the trusted servers moved on: slow, or hoarding; a fraction of a strike
+                pool.charge(sub.node_id, "unverifiable", pool.cfg.strike_unverifiable)
                 raise
             pool.verdict(sub.node_id, verdict)
             stopped = bool(sub.token_ids) and sub.token_ids[-1] in sampling.stop_token_ids

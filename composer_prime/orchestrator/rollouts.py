@@ -12,6 +12,7 @@ comes back marked `dropped` with the reason, to be counted and left out.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 
 import verifiers.v1 as vf
@@ -19,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.batches import Sample
+from composer_prime.contract.inference import completion_end
 from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, open_episode, run_episode
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.turns import Turn
@@ -91,6 +93,9 @@ class TokenTurns:
         params = self.sampling.model_copy(update={"max_tokens": budget, "seed": seed}).or_eos(self.tok.eos_token_id)
         async with self.sem:
             c = await self.client.generate(r.prompt_ids + r.completion_ids, params)
+        if (end := completion_end(c.token_ids, params.stop_token_ids)) < len(c.token_ids):
+            # a server that ran past its stop token: what follows is no part of the turn (nor of its reward)
+            c = dataclasses.replace(c, token_ids=c.token_ids[:end], logprobs=c.logprobs[:end], finish_reason="stop")
         start = len(r.completion_ids)
         r.append(c.token_ids, c.logprobs)
         r.weight_version = min(r.weight_version, c.weight_version)

@@ -14,8 +14,15 @@ A joined node is a node of the client's NodePool (`volunteer:<id>`): when the cl
 nothing) and waits for its submissions; each goes through the validator (filters/volunteers.py)
 before the rollout sees it. A node that misses `dead_after` beats is dead: its leases fail at
 once and their tasks go to other nodes; a submission after its deadline is discarded (410). Each
-node has a token bucket (`rate` per second, `burst`): beyond it, 429. A node rejected
-`eject_after` times is ejected and its key refused from then on (the run's own list).
+node has a token bucket (`rate` per second, `burst`): beyond it, 429.
+
+Misbehaviour is charged in strikes (config/volunteers.py: a failed check 1, a lease whose deadline
+passed or a node that fell silent holding it `strike_missed` each, a submission checked too late
+`strike_unverifiable`), each accepted submission takes `strike_decay` off; at `eject_after` the node
+is ejected and its key refused from then on (the run's own list). A node's record outlives its
+death: one that falls silent and joins again keeps its strikes. A new node is on probation, one
+request in flight (`probation_requests`), until `probation_accepted` submissions are accepted: a
+request beyond that goes to another node.
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ class Member:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     tokens: float = 0.0  # the rate limit's bucket
     refilled: float = 0.0
-    counts: Counter = field(default_factory=Counter)  # leased, accepted, rejected:<why>, late, limited
+    counts: Counter = field(default_factory=Counter)  # leased, accepted, rejected:<why>, late, limited, ...
+    strikes: float = 0.0  # charged misbehaviour, less what accepted work took off
+    in_flight: int = 0  # requests (a group's leases each) the client has given it now
 
 
 @dataclass
@@ -117,29 +126,51 @@ class VolunteerPool:
         try:
             return lease, await asyncio.wait_for(future, self.cfg.lease_s)
         except asyncio.TimeoutError:
-            member.counts["late"] += 1
+            self.charge(node, "missed", self.cfg.strike_missed)
             raise LeaseLost(f"node {node[:12]} missed lease {lease.lease_id[:8]}'s deadline") from None
         finally:
             self.pending.pop(lease.lease_id, None)
 
+    @contextlib.asynccontextmanager
+    async def request(self, url: str):
+        """One request's leases to the node `url`; a node on probation takes `probation_requests` at a
+        time: another is LeaseLost at once (the client sends it to the next node)."""
+        member = self.members.get(url.removeprefix(PREFIX))
+        if member is None or member.status != "healthy":
+            raise LeaseLost(f"node {url.removeprefix(PREFIX)[:12]} is not healthy")
+        if self.on_probation(member) and member.in_flight >= self.cfg.probation_requests:
+            raise LeaseLost(f"node {member.node_id[:12]} is on probation, with {member.in_flight} request(s) in flight")
+        member.in_flight += 1
+        try:
+            yield
+        finally:
+            member.in_flight -= 1
+
+    def on_probation(self, member: Member) -> bool:
+        return member.counts["accepted"] < self.cfg.probation_accepted
+
     def verdict(self, node: str, reason: str) -> None:
-        """The validator's word on one submission ("" accepted); `eject_after` rejections eject."""
+        """The validator's word on one submission: "" accepted (`strike_decay` off its strikes), else a strike."""
         member = self.members.get(node)
-        if member is None or member.status != "healthy":  # its verdicts after it left count no more
+        if member is None or member.status == "ejected":  # its verdicts after its ejection count no more
             return
-        if not reason:
+        if reason:
+            self.charge(node, f"rejected:{reason}", 1.0)
+        else:
             member.counts["accepted"] += 1
+            member.strikes = max(0.0, member.strikes - self.cfg.strike_decay)
+
+    def charge(self, node: str, what: str, strikes: float, times: int = 1) -> None:
+        """`times` counts of `what`, each `strikes`; at `eject_after` strikes the node is ejected."""
+        member = self.members.get(node)
+        if member is None or member.status == "ejected":
             return
-        member.counts[f"rejected:{reason}"] += 1
-        rejected = sum(v for k, v in member.counts.items() if k.startswith("rejected:"))
-        if rejected >= self.cfg.eject_after and member.status != "ejected":
-            log.warning(f"volunteer {node[:12]} ejected after {rejected} rejected submissions (last: {reason})")
+        member.counts[what] += times
+        member.strikes += strikes * times
+        if member.strikes >= self.cfg.eject_after:
+            log.warning(f"volunteer {node[:12]} ejected at {member.strikes:g} strikes (last: {what})")
             self.ejected.add(node)
             self._gone(member, "ejected")
-
-    def count(self, node: str, what: str) -> None:
-        if (member := self.members.get(node)) is not None:
-            member.counts[what] += 1
 
     def is_member(self, node: str) -> bool:
         return (m := self.members.get(node)) is not None and m.status == "healthy"
@@ -149,8 +180,10 @@ class VolunteerPool:
         out: dict[str, float] = {"volunteers/healthy": sum(m.status == "healthy" for m in self.members.values()),
                                  "volunteers/ejected": len(self.ejected)}
         out |= {f"volunteers/refused/{k}": v for k, v in self.refused.items()}
+        out["volunteers/probation"] = sum(m.status == "healthy" and self.on_probation(m) for m in self.members.values())
         for m in self.members.values():
             out |= {f"volunteers/{m.node_id[:12]}/{k}": v for k, v in m.counts.items()}
+            out[f"volunteers/{m.node_id[:12]}/strikes"] = m.strikes
         return out
 
     def in_batch(self, nodes: list[list[str]]) -> dict[str, int]:
@@ -163,12 +196,16 @@ class VolunteerPool:
         return out
 
     def _gone(self, member: Member, status: str) -> None:
+        """The node leaves the NodePool; its leases in flight fail at once (a silent node is charged for them)."""
         member.status = status
         self.nodes.leave(PREFIX + member.node_id, status)
-        for lid, p in list(self.pending.items()):
-            if p.node_id == member.node_id and not p.future.done():
-                member.counts["reassigned"] += 1
-                p.future.set_exception(LeaseLost(f"node {member.node_id[:12]} is {status}"))
+        held = [p for p in self.pending.values() if p.node_id == member.node_id and not p.future.done()]
+        for p in held:
+            p.future.set_exception(LeaseLost(f"node {member.node_id[:12]} is {status}"))
+        if held and status == "dead":
+            self.charge(member.node_id, "reassigned", self.cfg.strike_missed, len(held))
+        elif held:
+            member.counts["reassigned"] += len(held)
 
     async def _watch(self) -> None:
         """Every beat period: a node silent for `dead_after` periods is dead."""
@@ -225,8 +262,10 @@ class VolunteerPool:
                 self.refused["bad_signature"] += 1
                 raise HTTPException(403, "bad or stale signature")
             member = self.members.get(node)
-            if member is None or member.status != "healthy":
+            if member is None:
                 self.members[node] = member = Member(node, time.time(), tokens=self.cfg.burst, refilled=time.time())
+            if member.status != "healthy" or PREFIX + node not in self.nodes.nodes:  # new, or back: its record kept
+                member.status = "healthy"
                 self.nodes.join(PREFIX + node)
                 log.info(f"volunteer {node[:12]} joined")
             member.last_beat = time.time()

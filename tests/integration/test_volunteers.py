@@ -133,19 +133,53 @@ def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted,
     assert run(trusted, tmp_path, control, **loosened(checks[0])) == ["", ""]
 
 
-def test_an_older_version_or_a_changed_prompt_said_openly_is_rejected_before_any_prefill(trusted, tmp_path):
+def test_a_completion_cut_short_or_drawn_past_its_stop_token_is_rejected_before_any_prefill(trusted, tmp_path, monkeypatch):
+    """Both length cheats replay as honest draws (every token is the seeded draw at its index, with
+    honest log-probs and proofs), so only the boundary rule stops them: the control, that rule
+    switched off, accepts both. The stop token is one the honest draw reaches mid-completion."""
     async def body(client, pool):
-        old, moved = V.make_worker(V.ClaimsOldVersion, pool, tmp_path, "old"), V.make_worker(V.ChangedPrompt, pool, tmp_path, "own")
+        workers = {name: V.make_worker(cls, pool, tmp_path, name)
+                   for name, cls in (("honest", Worker), ("short", V.CutsShort), ("past", V.RunsPastStop))}
+        audits = []
+        _, validator = client.volunteers
+        real = validator.audit
+        validator.audit = lambda b: audits.append(b) or real(b)
+        async with V.working(workers["honest"]), V.working(workers["short"]), V.working(workers["past"]):
+            _, free, _ = await V.lease_once(client, pool, workers["honest"], PROMPT, 0, 70)  # no stop: all 70 drawn
+            end = next(i for i in range(10, 70) if free.token_ids[i] not in free.token_ids[:i])
+            stop = (free.token_ids[end],)  # first drawn at index `end`: the honest completion stops there
+            workers["short"].keep = end // 2
+            audits.clear()
+            got = {name: await V.lease_once(client, pool, w, PROMPT, 0, 70, stop) for name, w in workers.items()}
+        return {name: (s.token_ids, v) for name, (_, s, v) in got.items()}, free.token_ids[:end + 1], len(audits)
+
+    got, expected, audits = run(trusted, tmp_path, body)
+    assert got["honest"] == (expected, "")  # ends in its stop token, accepted
+    assert got["short"][0] == expected[:(len(expected) - 1) // 2] and got["short"][1] == "boundary"
+    assert len(got["past"][0]) == 70 and got["past"][0][:len(expected)] == expected and got["past"][1] == "boundary"
+    assert audits == 1  # the honest one's: neither cheat cost a trusted prefill
+    monkeypatch.setattr("composer_prime.orchestrator.filters.volunteers.boundary_valid", lambda *a: True)
+    got, _, _ = run(trusted, tmp_path, body)
+    assert (got["short"][1], got["past"][1]) == ("", "")
+
+
+def test_an_older_or_never_leased_version_or_a_changed_prompt_said_openly_is_rejected_before_any_prefill(trusted, tmp_path):
+    """A version above the lease's was "unverifiable" and charged nothing (a free abort): now a strike."""
+    async def body(client, pool):
+        old, newer = (V.make_worker(cls, pool, tmp_path, name) for cls, name in ((V.ClaimsOldVersion, "old"),
+                                                                                  (V.ClaimsNewerVersion, "newer")))
+        moved = V.make_worker(V.ChangedPrompt, pool, tmp_path, "own")
         moved.own_hash = True
         audits = []
         _, validator = client.volunteers
         real = validator.audit
         validator.audit = lambda b: audits.append(b) or real(b)
-        async with V.working(old), V.working(moved):
-            out = [(await V.lease_once(client, pool, w, PROMPT, 0, 70))[2] for w in (old, moved)]
-        return out, audits
-    verdicts, audits = run(trusted, tmp_path, body)
-    assert verdicts == ["version", "prompt"] and audits == []  # cheap checks first: no trusted prefill spent
+        async with V.working(old), V.working(newer), V.working(moved):
+            out = [(await V.lease_once(client, pool, w, PROMPT, 0, 70))[2] for w in (old, newer, moved)]
+        return out, audits, pool.members[newer.node].strikes
+    verdicts, audits, strikes = run(trusted, tmp_path, body)
+    assert verdicts == ["version", "version", "prompt"] and audits == []  # cheap checks first: no trusted prefill spent
+    assert strikes == 1.0
 
 
 def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_noise_are_caught(trusted, tiny_model_dir,

@@ -70,12 +70,14 @@ def make_worker(cls: type[Worker], pool, tmp: Path, name: str, **over) -> Worker
     return cls(worker_config(pool, tmp, name, **over), Ed25519PrivateKey.generate())
 
 
-async def lease_once(client: InferenceClient, pool, worker: Worker, prompt: list[int], seed: int, max_tokens: int = 40):
-    """One lease to `worker`, its submission and the validator's verdict."""
+async def lease_once(client: InferenceClient, pool, worker: Worker, prompt: list[int], seed: int, max_tokens: int = 40,
+                     stop: tuple[int, ...] = ()):
+    """One lease to `worker` (stopping at `stop`: none by default, so a completion fills `max_tokens`),
+    its submission and the validator's verdict."""
     from composer_prime.config.sampling import SamplingParams
 
-    lease, sub = await pool.lease(PREFIX + worker.node, prompt, SamplingParams(max_tokens=max_tokens, seed=seed),
-                                  client.served)
+    params = SamplingParams(max_tokens=max_tokens, seed=seed, stop_token_ids=stop)
+    lease, sub = await pool.lease(PREFIX + worker.node, prompt, params, client.served)
     _, validator = client.volunteers
     verdict = await validator.check(lease, sub)
     pool.verdict(sub.node_id, verdict)
@@ -158,6 +160,15 @@ class ClaimsOldVersion(Worker):
         pass
 
 
+class ClaimsNewerVersion(Worker):
+    """Works honestly, then claims a version one above the lease: one the pool never leased, which no
+    trusted server can check (once a free abort)."""
+
+    def submission(self, lease, gen, proofs):
+        sub = super().submission(lease, gen, proofs)
+        return dataclasses.replace(sub, weight_version=sub.weight_version + 1).signed(self.key)
+
+
 class Substitutes(Worker):
     """Puts other tokens in place of its draws, log-probs and proofs rebuilt honestly over them (one
     prefill): with `tamper`, one token mid-completion; with `pick`, the likeliest tokens (generated at
@@ -199,6 +210,26 @@ class ChangedPrompt(Worker):
         other[len(other) // 2] = (other[len(other) // 2] + 1) % 300
         sub = await super().work(dataclasses.replace(lease, prompt_ids=other))
         return sub if self.own_hash else dataclasses.replace(sub, prompt_sha256=lease.prompt_sha256).signed(self.key)
+
+
+class CutsShort(Worker):
+    """Keeps the first `keep` tokens of its honest completion (log-probs and proofs of that prefix, all
+    honest): a length of the worker's choosing, below the budget and without a stop token."""
+
+    keep = 20
+
+    async def generate(self, lease):
+        gen, states = await super().generate(lease)
+        return dataclasses.replace(gen, token_ids=gen.token_ids[:self.keep], logprobs=gen.logprobs[:self.keep],
+                                   finish_reason="length"), states[:self.keep]
+
+
+class RunsPastStop(Worker):
+    """Ignores the lease's stop tokens and draws on to `max_tokens`: every token is still the seeded
+    draw at its index, so log-probs, proofs and replay all hold."""
+
+    async def generate(self, lease):
+        return await super().generate(dataclasses.replace(lease, sampling={**lease.sampling, "stop_token_ids": [-1]}))
 
 
 class Proofs(Worker):

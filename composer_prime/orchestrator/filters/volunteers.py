@@ -8,10 +8,14 @@ rollout goes on; the checks, cheapest first, each naming the rejection:
     lease         it answers the lease given to that node; `prompt`: its prompt hash is the
                   leased prompt's (TOPLOC does not prove the prompt); `seed`: the leased seed
     sampler       it drew with a sampler the run accepts (`volunteers.samplers`)
-    version       it used the leased weight version (older: rejected; newer than the trusted
-                  servers': `Unverifiable`, the task goes to another node, nothing is charged)
+    version       it used the leased weight version (any other, older or newer, the pool never
+                  leased: rejected)
     malformed     tokens and log-probs agree, one proof per 32 tokens, no null proof, within
                   the leased token budget
+    boundary      a whole completion: it ends in the lease's first stop token, or has none and
+                  fills the leased budget (contract/inference.boundary_valid); else a worker could
+                  cut a completion where it likes, or draw on past the stop token, all of it
+                  replaying as honest draws, and choose among those per lease
     toploc        every chunk's proof within the calibrated thresholds, against one prefill
                   of prompt + tokens on a trusted server (/inference/v1/audit), computed in
                   `volunteers.dtype` (the dtype workers are told to generate in)
@@ -21,7 +25,9 @@ rollout goes on; the checks, cheapest first, each naming the rejection:
                   tokens pass a test of being draws from it (verify/sampling.py)
 
 Rewards are never a node's to report: the environment scores every rollout on the trusted side.
-The pool counts each verdict per node and ejects at `eject_after` rejections. A rejected
+The pool counts each verdict per node, a rejection a strike, and ejects at `eject_after`
+strikes (orchestrator/volunteers.py). A submission no trusted server serves the weights of any
+more is `Unverifiable`: the task goes to another node, the node charged a fraction. A rejected
 completion stays in its rollout, flagged, and `Unverified` drops its group (counted in rollouts,
 `unverified`): nothing a node sent reaches a batch unless it passed. `attach` wires the pool
 and this validator into the orchestrator's InferenceClient.
@@ -38,6 +44,7 @@ from pathlib import Path
 from composer_prime.config.models import OrchestratorConfig
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.batches import SchemaError
+from composer_prime.contract.inference import boundary_valid
 from composer_prime.contract.volunteer import Lease, Submission, check_submission
 from composer_prime.orchestrator.filters import Filter
 from composer_prime.orchestrator.volunteers import Unverifiable, VolunteerPool
@@ -66,16 +73,16 @@ class Validator:
             return "seed"
         if s.sampler not in self.cfg.samplers:
             return "sampler"
-        if s.weight_version < lease.weight_version:
+        if s.weight_version != lease.weight_version:  # a version the pool never leased: a free abort otherwise
             return "version"
-        if s.weight_version > lease.weight_version:
-            raise Unverifiable(f"v{s.weight_version} is newer than the trusted servers' v{lease.weight_version}")
         try:
             check_submission(s)
         except SchemaError:
             return "malformed"
         if len(s.token_ids) > lease.sampling.get("max_tokens", len(s.token_ids)):
             return "malformed"
+        if not boundary_valid(s.token_ids, lease.sampling.get("stop_token_ids", ()), lease.sampling.get("max_tokens", 0)):
+            return "boundary"
         m = await self.audit({"weight_version": s.weight_version, "token_ids": lease.prompt_ids + s.token_ids,
                               "prompt_len": len(lease.prompt_ids), "proofs": s.proofs, "logprobs": s.logprobs,
                               "seed": s.seed, "sampling_params": lease.sampling, "dtype": self.cfg.dtype})

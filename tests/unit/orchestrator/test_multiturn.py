@@ -11,6 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.inference import Completion
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.tasksets import load_tasks
 from composer_prime.env_runtime.tool_calls import parse_tool_call
@@ -124,3 +125,22 @@ def test_error_turns_become_hinted_teachers_over_the_same_tokens(tok, task):
     assert sum(sample.channel_weights["rl"]) == 0  # a distill-only sample
     # cut inside the last error turn: that teacher is dropped, the first stays
     assert len(with_teachers(r.to_sample(0.0, 1.0, teachers[1].student_start + 2), teachers).channel_data["distill"]) == 1
+
+
+class RunsPastItsStop(ScriptedPolicy):
+    """A server that drew on after its stop token (a buggy engine, or a volunteer's completion)."""
+
+    async def generate(self, prompt_ids, params):
+        c = await super().generate(prompt_ids, params)
+        more = self.tok.encode("9999", add_special_tokens=False)
+        return Completion(c.token_ids + more, c.logprobs + [-0.5] * len(more), "length", c.weight_version, c.node)
+
+
+def test_nothing_after_a_stop_token_reaches_the_rollout_or_its_reward(tok, task):
+    """"1660", the end of sequence, then "9999": decoded with special tokens skipped the turn would read
+    "16609999" (reward 0); it is cut at the stop token, which it keeps (reward 1, finish "stop")."""
+    policy = RunsPastItsStop(tok, ["1660"])
+    r = asyncio.run(rollout(policy, tok, "tool-calc", task, SamplingParams(max_tokens=128), 512, 8, 5, asyncio.Semaphore(1)))
+    answer = tok.encode("1660", add_special_tokens=False) + [tok.eos_token_id]
+    assert r.completion_ids == answer and len(r.logprobs) == len(answer)
+    assert r.reward == 1.0 and r.finish_reason == "stop"

@@ -96,3 +96,77 @@ def test_the_rate_limit_is_a_token_bucket():
     with pytest.raises(HTTPException) as e:
         p._limit(m)
     assert e.value.status_code == 429 and m.counts["limited"] == 1
+
+
+def test_strikes_decay_with_accepted_work_and_eject_at_the_threshold():
+    """A failed check is a strike, an accepted submission takes half off: rejected, accepted, rejected
+    is 1.5 (a member); the next rejection makes 2.5 and ejects."""
+    p = pool(eject_after=2)
+    for reason in ("toploc", "", "sampling"):
+        p.verdict("aa", reason)
+    assert p.members["aa"].strikes == 1.5 and p.is_member("aa")
+    p.verdict("aa", "logprobs")
+    assert p.ejected == {"aa"} and p.metrics()["volunteers/aa/strikes"] == 2.5
+
+
+def test_a_hoarded_lease_is_charged_at_its_deadline_and_a_hoarded_group_ejects():
+    """Leases taken and never answered: each missed deadline a quarter strike (the default), so a
+    group of 8 hoarded leases is 2 strikes: ejected, its key refused."""
+    async def go():
+        p = pool(lease_s=0.05)
+        with pytest.raises(LeaseLost, match="deadline"):
+            await p.lease(PREFIX + "aa", [1], SamplingParams(seed=0), 0)
+        one = (p.members["aa"].counts["missed"], p.members["aa"].strikes)
+        got = await asyncio.gather(*(p.lease(PREFIX + "bb", [1], SamplingParams(seed=i), 0) for i in range(8)),
+                                   return_exceptions=True)
+        return p, one, got
+    p, one, got = asyncio.run(go())
+    assert one == (1, 0.25) and p.is_member("aa")
+    assert all(isinstance(g, LeaseLost) for g in got) and p.members["bb"].counts["missed"] == 8
+    assert p.ejected == {"bb"} and p.members["bb"].strikes == 2.0
+
+
+def test_a_node_that_falls_silent_holding_leases_is_charged_for_them():
+    async def go():
+        p = pool(lease_s=60)
+        tasks = [asyncio.create_task(p.lease(PREFIX + "aa", [1], SamplingParams(seed=i), 0)) for i in range(3)]
+        await asyncio.sleep(0)
+        p._gone(p.members["aa"], "dead")
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return p
+    p = asyncio.run(go())
+    assert p.members["aa"].counts["reassigned"] == 3 and p.members["aa"].strikes == 0.75
+
+
+def test_a_new_node_is_on_probation_one_request_at_a_time_until_it_has_a_record():
+    async def go():
+        p = pool(probation_accepted=2)
+        async with p.request(PREFIX + "aa"):
+            with pytest.raises(LeaseLost, match="probation"):
+                async with p.request(PREFIX + "aa"):
+                    pass
+            async with p.request(PREFIX + "bb"):  # another node's requests are its own
+                pass
+        before = p.metrics()["volunteers/probation"]
+        p.verdict("aa", "")
+        p.verdict("aa", "")
+        async with p.request(PREFIX + "aa"), p.request(PREFIX + "aa"):  # two accepted: off probation
+            return before, p.metrics()["volunteers/probation"]
+    assert asyncio.run(go()) == (2, 1)
+
+
+def test_a_node_that_dies_and_joins_again_keeps_its_record():
+    """Silence then a new join is no fresh start: the strikes stay (else dying wipes them)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from fastapi.testclient import TestClient
+
+    from composer_prime.contract.volunteer import hello, node_id
+
+    p, key = pool(), Ed25519PrivateKey.generate()
+    http = TestClient(p.app())
+    assert http.post("/pool/join", json=hello(key, "join", token="t")).status_code == 200
+    node = node_id(key)
+    p.verdict(node, "toploc")
+    p._gone(p.members[node], "dead")
+    assert http.post("/pool/join", json=hello(key, "join", token="t")).status_code == 200
+    assert p.is_member(node) and p.members[node].strikes == 1.0 and p.members[node].counts["rejected:toploc"] == 1
