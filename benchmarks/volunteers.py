@@ -260,7 +260,7 @@ def throughput(workers: int, steps: int, batch: int, repeats: int, work: Path, p
         port = free_port()
         systems = {"trusted alone": orchestrator(urls["trusted"], {}),
                    f"trusted + {workers} volunteers": orchestrator(urls["trusted"], {
-                       "enabled": True, "port": port, "join_token": "bench", "heartbeat_s": 2.0})}
+                       "enabled": True, "port": port, "open": True, "join_token": "bench", "heartbeat_s": 2.0})}
         procs = []
 
         async def go() -> list[dict]:

@@ -76,8 +76,17 @@ class VolunteersConfig(Strict):
     enabled: bool = Field(False, description="run the pool; workers join with `uv run worker --join URL --token T`")
     host: str = Field("127.0.0.1", description="the pool's address (beyond loopback: needs `auth.keys_dir`)")
     port: Port = Field(8600, description="the pool's port")
-    join_token: str | None = Field(None, description="what a worker must present to join; None: made at start and "
-                                                     "written to <output_dir>/orchestrator/volunteers.token")
+    open: bool = Field(False, description="an open run: anyone with the run's one token joins (within the "
+                                          "limits below, on probation); else only workers with an invite "
+                                          "(`composer-prime volunteers invite NAME --run OUTPUT_DIR`)")
+    join_token: str | None = Field(None, description="an open run's token; None: made at start and written to "
+                                                     "<output_dir>/orchestrator/volunteers.token")
+    keys_per_invite: int = Field(8, ge=1, description="nodes (keys) one invite may have in the pool")
+    members_per_address: int = Field(16, ge=1, description="an open run: nodes one source address may have")
+    max_members: int = Field(1024, ge=1, description="nodes the pool keeps (a silent one makes room; else refused)")
+    join_rate: float = Field(1.0, gt=0, description="joins per second from one source address (a bucket of "
+                                                    "`join_burst`)")
+    join_burst: int = Field(20, ge=1, description="the join bucket's size")
     heartbeat_s: float = Field(2.0, gt=0, description="a worker beats this often")
     dead_after: int = Field(3, ge=1, description="missed heartbeats after which a node is dead (its leases go "
                                                  "to other nodes)")
@@ -113,6 +122,13 @@ class VolunteersConfig(Strict):
                                                                 "(`rl` names the run's); none: the weights "
                                                                 "directory, for workers on this machine")
     public_key: str = Field("", description="the trainer's ed25519 public key (hex, or its file), with `relays`")
+
+    @model_validator(mode="after")
+    def _token_means_open(self) -> "VolunteersConfig":
+        if self.join_token is not None and not self.open:
+            raise FieldError("join_token", "is an open run's one token: set volunteers.open = true too, or leave it "
+                                           "out and invite each volunteer (composer-prime volunteers invite NAME)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -158,8 +174,9 @@ class WorkerConfig(Strict):
         if (self.token is None) == (self.token_file is None):
             raise FieldError("token", "give the join token as `token` or `token_file` (one of them)")
         if self.token_file is not None and not self.token_file.expanduser().is_file():  # said now, not after a minute
-            raise FieldError("token_file", f"file not found: {self.token_file}; the run writes its join token to "
-                                           "<output_dir>/orchestrator/volunteers.token as it starts (its log names the file)")
+            raise FieldError("token_file", f"file not found: {self.token_file}; the run's operator makes one with "
+                                           "`composer-prime volunteers invite NAME --run OUTPUT_DIR --out FILE` (an open "
+                                           "run writes its token to <output_dir>/orchestrator/volunteers.token)")
         return self
 
     def join_token(self) -> str:

@@ -7,6 +7,7 @@
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
     composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
     composer-prime toploc install        TOPLOC for volunteers: a prebuilt wheel, else built from source
+    composer-prime volunteers invite ... a volunteer's join token (see `composer-prime volunteers --help`)
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
     from composer_prime.traces.cli import add_parser as add_traces_parser
 
     add_traces_parser(sub)
+    from composer_prime.volunteer.cli import add_parser as add_volunteers_parser
+
+    add_volunteers_parser(sub)
     return p
 
 

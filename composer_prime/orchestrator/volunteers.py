@@ -4,7 +4,7 @@ An HTTP server in the orchestrator's event loop (`orchestrator.volunteers`, 127.
 default; beyond loopback only with `auth.keys_dir`, as every process). Routes, every body signed
 by the node's ed25519 key (contract/volunteer.py):
 
-    POST /pool/join       hello + the run's join token  -> the model, `volunteers.dtype`, where the weights are, the beat period
+    POST /pool/join       hello + a join token            -> the model, `volunteers.dtype`, where the weights are, the beat period
     POST /pool/heartbeat  hello                          -> 200, or 403 once the node is dead or ejected
     POST /pool/lease      hello                          -> a Lease chosen by the pool, or 204 after `wait_s`
     POST /pool/submit     Submission                     -> 202 received, 410 late, 403 unknown
@@ -15,6 +15,13 @@ nothing) and waits for its submissions; each goes through the validator (filters
 before the rollout sees it. A node that misses `dead_after` beats is dead: its leases fail at
 once and their tasks go to other nodes; a submission after its deadline is discarded (410). Each
 node has a token bucket (`rate` per second, `burst`): beyond it, 429.
+
+Who may join: a worker with an invite's token (volunteer/invites.py: one per volunteer, issued by
+the operator), every key that joined with it that volunteer's, at most `keys_per_invite` of them;
+or, in an open run only (`volunteers.open`), anyone with the run's one token, at most
+`members_per_address` nodes per source address and `join_rate` joins per second from one. The
+member table holds at most `max_members` (the longest-silent dead node makes room; else 403).
+Ejecting a node revokes its invite and ejects every key that joined with it.
 
 Misbehaviour is charged in strikes (config/volunteers.py: a failed check 1, a lease whose deadline
 passed or a node that fell silent holding it `strike_missed` each, a submission checked too late
@@ -44,9 +51,12 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import Lease, Submission, hello_valid
 from composer_prime.orchestrator.pool import NodePool
+from composer_prime.volunteer.invites import InviteError, Invites
 
 log = logging.getLogger(__name__)
 PREFIX = "volunteer:"  # a volunteer's name in the NodePool
+EJECTED_KEPT = 65_536  # ejected keys remembered (an invite's revocation outlives them)
+JOIN_BUCKETS_KEPT = 4_096  # source addresses whose join rate is tracked
 
 
 class LeaseLost(RuntimeError):
@@ -65,6 +75,8 @@ class Member:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     tokens: float = 0.0  # the rate limit's bucket
     refilled: float = 0.0
+    invite: str = ""  # the invite it joined with ("" in an open run)
+    address: str = ""  # the source address of its join
     counts: Counter = field(default_factory=Counter)  # leased, accepted, rejected:<why>, late, limited, ...
     strikes: float = 0.0  # charged misbehaviour, less what accepted work took off
     in_flight: int = 0  # requests (a group's leases each) the client has given it now
@@ -78,10 +90,14 @@ class Pending:
 
 
 class VolunteerPool:
-    def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str, weights: dict, model: str) -> None:
+    def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str | None, weights: dict, model: str,
+                 invites: Invites) -> None:
+        """`token`: an open run's one token (None: invites only)."""
         self.cfg, self.nodes, self.token, self.weights, self.model = cfg, nodes, token, weights, model
+        self.invites = invites
         self.members: dict[str, Member] = {}
-        self.ejected: set[str] = set()
+        self.ejected: dict[str, None] = {}  # ordered: the oldest forgotten past EJECTED_KEPT
+        self.joins: dict[str, tuple[float, float]] = {}  # source address -> its join bucket (tokens, when)
         self.pending: dict[str, Pending] = {}
         self.refused = Counter()  # requests refused before any node is known: unregistered, bad signature
         self._tasks: list[asyncio.Task] = []
@@ -168,9 +184,19 @@ class VolunteerPool:
         member.counts[what] += times
         member.strikes += strikes * times
         if member.strikes >= self.cfg.eject_after:
-            log.warning(f"volunteer {node[:12]} ejected at {member.strikes:g} strikes (last: {what})")
-            self.ejected.add(node)
-            self._gone(member, "ejected")
+            self.eject(member, f"{member.strikes:g} strikes (last: {what})")
+
+    def eject(self, member: Member, why: str) -> None:
+        """Eject the node, revoke its invite and eject every other key that joined with it."""
+        log.warning(f"volunteer {member.node_id[:12]} ejected: {why}")
+        for m in [member] + [m for m in self.members.values() if member.invite and m.invite == member.invite and m is not member]:
+            self.ejected[m.node_id] = None
+            if m.status != "ejected":
+                self._gone(m, "ejected")
+        while len(self.ejected) > EJECTED_KEPT:  # an open run's Sybils come with fresh keys anyway
+            del self.ejected[next(iter(self.ejected))]
+        if member.invite:
+            self.invites.revoke(member.invite, f"node {member.node_id[:12]} ejected: {why}")
 
     def is_member(self, node: str) -> bool:
         return (m := self.members.get(node)) is not None and m.status == "healthy"
@@ -225,6 +251,8 @@ class VolunteerPool:
         member = self.members.get(node)
         if member is not None:
             self._limit(member)
+            if member.invite and member.status != "ejected" and self._revoked(member.invite):
+                self.eject(member, "its invite was revoked")
         if not hello_valid(body, route):
             self.refused["bad_signature"] += 1
             raise HTTPException(403, "bad or stale signature")
@@ -245,15 +273,69 @@ class VolunteerPool:
             raise HTTPException(429, f"more than {self.cfg.rate:g} requests/s")
         member.tokens -= 1
 
+    def _admit(self, token: str) -> str:
+        """The invite `token` belongs to ("" for an open run's token); else 403."""
+        if self.token is not None and hmac.compare_digest(token.encode(), self.token.encode()):
+            return ""
+        try:
+            found = self.invites.find(token)
+        except InviteError as e:  # the operator's file is broken: say so, refuse the join, keep the run
+            log.error(f"volunteers: {e}")
+            raise HTTPException(503, "the run cannot read its invites") from None
+        if found is None:
+            self.refused["bad_token"] += 1
+            raise HTTPException(403, "wrong join token")
+        name, entry = found
+        if entry.get("revoked"):
+            self.refused["revoked"] += 1
+            raise HTTPException(403, f"this invite was revoked: {entry['revoked']}")
+        return name
+
+    def _revoked(self, invite: str) -> bool:
+        try:
+            return bool(self.invites.table().get(invite, {}).get("revoked"))
+        except InviteError:  # a broken file revokes no one (its joins are refused meanwhile)
+            return False
+
+    def _room_for(self, invite: str, address: str) -> None:
+        """A new member within the bounds (module docstring); else 403."""
+        live = [m for m in self.members.values() if m.status != "ejected"]
+        if invite and sum(m.invite == invite for m in live) >= self.cfg.keys_per_invite:
+            self.refused["keys_per_invite"] += 1
+            raise HTTPException(403, f"this invite has {self.cfg.keys_per_invite} nodes already")
+        if not invite and sum(m.address == address for m in live) >= self.cfg.members_per_address:
+            self.refused["members_per_address"] += 1
+            raise HTTPException(403, f"{self.cfg.members_per_address} nodes from this address already")
+        if len(self.members) >= self.cfg.max_members:
+            gone = [m for m in self.members.values() if m.status != "healthy"]
+            if not gone:
+                self.refused["full"] += 1
+                raise HTTPException(403, f"the pool is full ({self.cfg.max_members} nodes)")
+            del self.members[min(gone, key=lambda m: m.last_beat).node_id]  # its ejection, if any, stays in `ejected`
+
+    def _limit_joins(self, address: str) -> None:
+        """`join_rate` joins per second from one address (a bucket of `join_burst`): a join costs a
+        signature check and, in an open run, a member; unknown nodes have no bucket of their own."""
+        now = time.time()
+        tokens, then = self.joins.get(address, (float(self.cfg.join_burst), now))
+        tokens = min(self.cfg.join_burst, tokens + (now - then) * self.cfg.join_rate)
+        if tokens < 1:
+            self.refused["join_limited"] += 1
+            raise HTTPException(429, f"more than {self.cfg.join_rate:g} joins/s from this address")
+        self.joins.pop(address, None)
+        self.joins[address] = (tokens - 1, now)
+        while len(self.joins) > JOIN_BUCKETS_KEPT:  # the oldest address forgotten: bounded like every table here
+            del self.joins[next(iter(self.joins))]
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
         @app.post("/pool/join")
         async def join(request: Request) -> dict:
+            address = request.client.host if request.client else ""
+            self._limit_joins(address)
             body = await request.json()
-            if not hmac.compare_digest(str(body.get("token", "")).encode(), self.token.encode()):
-                self.refused["bad_token"] += 1
-                raise HTTPException(403, "wrong join token")
+            invite = self._admit(str(body.get("token", "")))
             node = str(body.get("node_id", ""))
             if node in self.ejected:
                 self.refused["ejected"] += 1
@@ -262,8 +344,13 @@ class VolunteerPool:
                 self.refused["bad_signature"] += 1
                 raise HTTPException(403, "bad or stale signature")
             member = self.members.get(node)
+            if member is not None and member.invite != invite:
+                self.refused["other_invite"] += 1
+                raise HTTPException(403, "this node joined with another invite")
             if member is None:
-                self.members[node] = member = Member(node, time.time(), tokens=self.cfg.burst, refilled=time.time())
+                self._room_for(invite, address)
+                self.members[node] = member = Member(node, time.time(), tokens=self.cfg.burst, refilled=time.time(),
+                                                     invite=invite, address=address)
             if member.status != "healthy" or PREFIX + node not in self.nodes.nodes:  # new, or back: its record kept
                 member.status = "healthy"
                 self.nodes.join(PREFIX + node)

@@ -95,8 +95,9 @@ ROWS = [
     ("worker", ["--join", "http://127.0.0.1:1", "--dry-run"],
      "token: give the join token as `token` or `token_file` (one of them)"),
     ("worker", ["--join", "http://127.0.0.1:1", "--token_file", "{tmp}/volunteers.token", "--dry-run"],
-     "token_file: file not found: {tmp}/volunteers.token; the run writes its join token to "
-     "<output_dir>/orchestrator/volunteers.token as it starts (its log names the file) (command line)"),
+     "token_file: file not found: {tmp}/volunteers.token; the run's operator makes one with "
+     "`composer-prime volunteers invite NAME --run OUTPUT_DIR --out FILE` (an open run writes its token to "
+     "<output_dir>/orchestrator/volunteers.token) (command line)"),
     ("worker", ["--join", "http://127.0.0.1:1", "--token", "t", "--concurrency", "0", "--dry-run"],
      "concurrency: Input should be greater than or equal to 1"),
     ("sft", ["--data", "{tmp}/missing.jsonl", "--dry-run"], "data: file not found: {tmp}/missing.jsonl"),
@@ -111,6 +112,13 @@ ROWS = [
     ("cli", ["env", "eval", "reverse-text", "--url", "http://x", "--model", "m", "--num-tasks", "x"],
      "composer-prime env eval: error: argument -n/--num-tasks: invalid int value: 'x'"),
     ("cli", ["env", "build", "{tmp}/missing"], "error: {tmp}/missing is not a directory"),
+    ("cli", ["volunteers", "invite", "../bob", "--run", "{tmp}"],
+     "error: invite name '../bob': letters, digits, '.', '_' or '-', at most 64"),
+    ("cli", ["volunteers", "revoke", "nobody", "--run", "{tmp}"],
+     "error: no invite named 'nobody' (see `composer-prime volunteers list`)"),
+    ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--orchestrator.volunteers.join_token", "t",
+            "--dry-run"], "orchestrator.volunteers.join_token: is an open run's one token: set volunteers.open = true too, "
+                          "or leave it out and invite each volunteer (composer-prime volunteers invite NAME) (command line)"),
 ]
 
 

@@ -63,7 +63,9 @@ ELSEWHERE = {
     # volunteers: the run with the pool, two honest workers and a cheat joining it
     "uv run rl @ configs/quickstart.toml @ configs/volunteers.toml":
         "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
-    "uv run worker --join http://127.0.0.1:8600 --token_file outputs/quickstart/orchestrator/volunteers.token":
+    "uv run composer-prime volunteers invite my-laptop --run outputs/quickstart --out outputs/my-laptop.token":
+        "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
+    "uv run worker --join http://127.0.0.1:8600 --token_file outputs/my-laptop.token":
         "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
     "uv run composer-prime toploc install": "tests/integration/test_toploc_install.py::test_install_is_idempotent_and_finds_the_prebuilt_wheel",
     # a server that runs until stopped: the test starts it and drives it with OpenEnv's own clients

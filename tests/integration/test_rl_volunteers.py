@@ -3,10 +3,14 @@ two honest `uv run worker` processes and one dishonest worker (its weights 1% of
 join it at run time (the session's `relay_run`, tests/support/shared_runs.py). Reward rises; the
 honest workers' completions are validated, reach the trainer with log-probs it agrees with, and are
 trained on; they are never ejected; the dishonest one is ejected at its second rejection, its process
-stops with one line, and not one rollout it sampled a turn of reaches a batch."""
+stops with one line, its invite is revoked, and not one rollout it sampled a turn of reaches a batch."""
+
+import subprocess
+import sys
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.support.rl_runs import rows
 from tests.support.shared_runs import RelayRun
 
@@ -33,6 +37,12 @@ def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
     assert sum(v for k, v in cheat.items() if k.startswith("rejected:")) == 2 and cheat.get("accepted", 0) == 0, cheat
     assert all(r.get(f"volunteers/{ids['cheat']}/in_batch", 0) == 0 for r in steps)  # none of its rollouts trained on
     assert sum(r["unverified"] for r in steps) >= 2  # its rejected rollouts, dropped by the filter
+    # each joined with an invite of its own (the README's command); the cheat's ejection revoked its invite
+    listed = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "list", "--run", str(run)],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    state = {line.split("\t")[0]: line.split("\t")[2] for line in listed.splitlines()}
+    assert state["honest0"] == state["honest1"] == "active", listed
+    assert state["cheat"].startswith(f"revoked: node {ids['cheat']} ejected: 2 strikes"), listed
 
     # The honest volunteers' log-probs are the trainer's: at every step where their rollouts made up part of
     # the batch, the trainer's k3 estimate of KL(trainer || sampler) stays at a float32 recomputation's size.

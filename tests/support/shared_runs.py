@@ -33,6 +33,7 @@ from typing import TypeVar
 import pytest
 
 from composer_prime.contract.volunteer import node_id
+from composer_prime.utils.net import check_reachable
 from composer_prime.volunteer.keys import load_or_make
 from tests.conftest import ROOT, free_port
 from tests.support.readme_runs import bare_work_dir, run_commands
@@ -77,6 +78,14 @@ def relay_run(tmp_path_factory) -> RelayRun:
     return once("relay_run", tmp_path_factory, make_relay_run)
 
 
+def reachable(address: str) -> bool:
+    try:
+        check_reachable(address, 1.0)
+        return True
+    except OSError:
+        return False
+
+
 def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
     """The run, in `tmp`, at `seed` (the tests' thresholds were set from seeds 0, 1 and 2)."""
     run, pool_port, origin_port = tmp / "run", free_port(), free_port()
@@ -87,16 +96,19 @@ def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
          "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.volunteers.port", str(pool_port),
          "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    token = run / "orchestrator" / "volunteers.token"
     deadline = time.time() + 300
-    while not token.exists():
+    while not reachable(f"127.0.0.1:{pool_port}"):  # the pool is up: the run is under way
         assert rl.poll() is None and time.time() < deadline, log_tails(run)
         time.sleep(0.5)
     keys = {name: load_or_make(tmp / f"{name}.key") for name in ("honest0", "honest1", "cheat")}
+    for name in keys:  # the README's invite, one per volunteer (the cheat's revoked when it is ejected)
+        subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "invite", name, "--run", str(run),
+                        "--out", str(tmp / f"{name}.token")], cwd=ROOT, check=True, capture_output=True)
 
     def flags(name: str) -> list[str]:
-        return ["--join", f"http://127.0.0.1:{pool_port}", "--token_file", str(token), "--key_path", str(tmp / f"{name}.key"),
-                "--work_dir", str(tmp / name), "--device", "cpu", "--concurrency", "4"]  # dtype: the run's
+        return ["--join", f"http://127.0.0.1:{pool_port}", "--token_file", str(tmp / f"{name}.token"),
+                "--key_path", str(tmp / f"{name}.key"), "--work_dir", str(tmp / name), "--device", "cpu",
+                "--concurrency", "4"]  # dtype: the run's
     workers = {name: subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.worker", *flags(name)], cwd=ROOT,
                                       stderr=subprocess.PIPE, text=True) for name in ("honest0", "honest1")}
     workers["cheat"] = subprocess.Popen([sys.executable, "-m", "tests.support.dishonest_worker", "OtherWeights", *flags("cheat")],

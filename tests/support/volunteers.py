@@ -32,7 +32,7 @@ TOKEN = "join-token-for-tests"
 async def pool_run(trusted_url: str, model: str, run_dir: Path, **volunteers):
     """(client, pool): the pool listening on loopback, the client reading the trusted server."""
     cfg = OrchestratorConfig(model=model, inference_urls=[trusted_url], output_dir=run_dir,
-                             volunteers={"enabled": True, "port": free_port(), "join_token": TOKEN, "heartbeat_s": 0.5,
+                             volunteers={"enabled": True, "port": free_port(), "open": True, "join_token": TOKEN, "heartbeat_s": 0.5,
                                          "lease_s": 20.0, **volunteers})
     client = InferenceClient(cfg.inference_urls, model)
     pool = attach(cfg, client)

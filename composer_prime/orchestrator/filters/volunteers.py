@@ -49,6 +49,7 @@ from composer_prime.contract.volunteer import Lease, Submission, check_submissio
 from composer_prime.orchestrator.filters import Filter
 from composer_prime.orchestrator.volunteers import Unverifiable, VolunteerPool
 from composer_prime.transports import auth
+from composer_prime.volunteer.invites import Invites, store_path
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,8 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
     if not v.enabled:
         return None
     token = v.join_token
-    if token is None:  # made once per run directory, kept across restarts: joined workers keep working
+    join = f"uv run worker --join http://{v.host}:{v.port} --token_file"
+    if v.open and token is None:  # made once per run directory, kept across restarts: joined workers keep working
         path = (cfg.auth.keys_dir or Path(cfg.output_dir) / "orchestrator") / "volunteers.token"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,10 +118,13 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_urlsafe(24))
         token = path.read_text().strip()
-        log.info(f"volunteers join with: uv run worker --join http://{v.host}:{v.port} --token_file {path}")
+        log.info(f"an open run: volunteers join with: {join} {path}")
+    elif not v.open:
+        log.info(f"volunteers join with an invite: uv run composer-prime volunteers invite NAME --run {cfg.output_dir} "
+                 f"--out NAME.token, then {join} NAME.token")
     weights = ({"type": "shardcast", "servers": v.relays, "public_key": auth.public_key(v.public_key)} if v.relays
                else {"type": "filesystem", "root": str(Path(cfg.output_dir).resolve() / "weights")})
-    pool = VolunteerPool(v, client.pool, token, weights, cfg.model)
+    pool = VolunteerPool(v, client.pool, token, weights, cfg.model, Invites(store_path(cfg.output_dir)))
     client.volunteers = (pool, Validator(v, pool.is_member, client.audit))
     return pool
 
