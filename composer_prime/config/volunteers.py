@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from composer_prime.config.base import FieldError, Port, Strict
+from composer_prime.transports.auth import is_loopback
 
 
 class Thresholds(Strict):
@@ -76,6 +78,8 @@ class VolunteersConfig(Strict):
     enabled: bool = Field(False, description="run the pool; workers join with `uv run worker --join URL --token T`")
     host: str = Field("127.0.0.1", description="the pool's address (beyond loopback: needs `auth.keys_dir`)")
     port: Port = Field(8600, description="the pool's port")
+    tls: bool | None = Field(None, description="serve the pool over HTTPS, its self-signed certificate pinned by "
+                                               "every token; None: beyond loopback only (where it cannot be off)")
     open: bool = Field(False, description="an open run: anyone with the run's one token joins (within the "
                                           "limits below, on probation); else only workers with an invite "
                                           "(`composer-prime volunteers invite NAME --run OUTPUT_DIR`)")
@@ -122,6 +126,16 @@ class VolunteersConfig(Strict):
                                                                 "(`rl` names the run's); none: the weights "
                                                                 "directory, for workers on this machine")
     public_key: str = Field("", description="the trainer's ed25519 public key (hex, or its file), with `relays`")
+
+    @model_validator(mode="after")
+    def _nothing_in_clear(self) -> "VolunteersConfig":
+        if self.tls is False and not is_loopback(self.host):
+            raise FieldError("tls", f"is off but the pool listens on {self.host}, beyond loopback, where nothing "
+                                    "travels in clear (prompts, leases, tokens): leave tls unset or true")
+        return self
+
+    def serves_tls(self) -> bool:
+        return self.tls if self.tls is not None else not is_loopback(self.host)
 
     @model_validator(mode="after")
     def _token_means_open(self) -> "VolunteersConfig":
@@ -171,6 +185,12 @@ class WorkerConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "WorkerConfig":
+        url = urlsplit(self.join)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise FieldError("join", f"{self.join} is not the pool's URL (http://HOST:PORT on loopback, else https://)")
+        if url.scheme == "http" and not is_loopback(url.hostname):
+            raise FieldError("join", f"{self.join} is beyond loopback, where the pool serves https only (nothing in "
+                                     f"clear): https://{url.netloc}")
         if (self.token is None) == (self.token_file is None):
             raise FieldError("token", "give the join token as `token` or `token_file` (one of them)")
         if self.token_file is not None and not self.token_file.expanduser().is_file():  # said now, not after a minute

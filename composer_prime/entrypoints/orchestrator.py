@@ -21,9 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(OrchestratorConfig, sys.argv[1:] if argv is None else argv, checks.ORCHESTRATOR, ports=True)
     if dry_run:
         return
-    if cfg.volunteers.enabled:  # the pool: its join token is what keeps strangers out
-        auth.require("volunteers.host", cfg.volunteers.host, cfg.auth.keys_dir is not None or cfg.volunteers.join_token
-                     is not None, "join the run as an inference node")
+    # the volunteer pool beyond loopback: joins need a token and it serves TLS only (config/volunteers.py)
     keys = None
     if cfg.auth.keys_dir is not None:
         keys = auth.curve_keys(cfg.auth.keys_dir, "orchestrator", "trainer")

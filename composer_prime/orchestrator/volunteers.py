@@ -42,6 +42,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
@@ -52,6 +53,8 @@ from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import Lease, Submission, hello_valid
 from composer_prime.orchestrator.pool import NodePool
 from composer_prime.volunteer.invites import InviteError, Invites
+from composer_prime.volunteer.replays import Replays
+from composer_prime.volunteer.tls import split_token
 
 log = logging.getLogger(__name__)
 PREFIX = "volunteer:"  # a volunteer's name in the NodePool
@@ -91,10 +94,11 @@ class Pending:
 
 class VolunteerPool:
     def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str | None, weights: dict, model: str,
-                 invites: Invites) -> None:
-        """`token`: an open run's one token (None: invites only)."""
-        self.cfg, self.nodes, self.token, self.weights, self.model = cfg, nodes, token, weights, model
-        self.invites = invites
+                 invites: Invites, tls: tuple[Path, Path] | None = None) -> None:
+        """`token`: an open run's one token (None: invites only); `tls`: its (certificate, key), to serve HTTPS."""
+        self.cfg, self.nodes, self.weights, self.model = cfg, nodes, weights, model
+        self.token = None if token is None else split_token(token)[0]  # the secret; the pin is the worker's
+        self.invites, self.tls, self.replays = invites, tls, Replays()
         self.members: dict[str, Member] = {}
         self.ejected: dict[str, None] = {}  # ordered: the oldest forgotten past EJECTED_KEPT
         self.joins: dict[str, tuple[float, float]] = {}  # source address -> its join bucket (tokens, when)
@@ -105,15 +109,16 @@ class VolunteerPool:
 
     # -- the run's side ---------------------------------------------------------------------
     async def start(self) -> None:
+        cert, key = self.tls or (None, None)
         self._server = uvicorn.Server(uvicorn.Config(self.app(), host=self.cfg.host, port=self.cfg.port,
-                                                     log_level="warning"))
+                                                     log_level="warning", ssl_certfile=cert, ssl_keyfile=key))
         self._tasks = [asyncio.create_task(self._server.serve()), asyncio.create_task(self._watch())]
         while not self._server.started:
             if self._tasks[0].done():  # the port was taken: its exception says so
                 self._tasks[0].result()
                 raise RuntimeError(f"the volunteer pool could not listen on {self.cfg.host}:{self.cfg.port}")
             await asyncio.sleep(0.05)
-        log.info(f"volunteer pool on http://{self.cfg.host}:{self.cfg.port}")
+        log.info(f"volunteer pool on {'https' if self.tls else 'http'}://{self.cfg.host}:{self.cfg.port}")
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -256,6 +261,7 @@ class VolunteerPool:
         if not hello_valid(body, route):
             self.refused["bad_signature"] += 1
             raise HTTPException(403, "bad or stale signature")
+        self._once(body)
         if node in self.ejected:
             self.refused["ejected"] += 1
             raise HTTPException(403, "this node was ejected from the run")
@@ -273,8 +279,15 @@ class VolunteerPool:
             raise HTTPException(429, f"more than {self.cfg.rate:g} requests/s")
         member.tokens -= 1
 
+    def _once(self, hello: dict) -> None:
+        """A signed hello is good once (volunteer/replays.py): a copy, replayed from the path, is refused."""
+        if not self.replays.first_use(hello):
+            self.refused["replayed"] += 1
+            raise HTTPException(403, "this hello was used already (a replay)")
+
     def _admit(self, token: str) -> str:
         """The invite `token` belongs to ("" for an open run's token); else 403."""
+        token = split_token(token)[0]
         if self.token is not None and hmac.compare_digest(token.encode(), self.token.encode()):
             return ""
         try:
@@ -343,6 +356,7 @@ class VolunteerPool:
             if not hello_valid(body, "join"):
                 self.refused["bad_signature"] += 1
                 raise HTTPException(403, "bad or stale signature")
+            self._once(body)
             member = self.members.get(node)
             if member is not None and member.invite != invite:
                 self.refused["other_invite"] += 1

@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 from composer_prime.volunteer.invites import InviteError, Invites, store_path
+from composer_prime.volunteer.tls import pinned_token
 
 
 def _invite(args: argparse.Namespace) -> int:
-    token = Invites(store_path(args.run)).invite(args.name)
+    token = pinned_token(Invites(store_path(args.run)).invite(args.name), args.run)  # the pool's certificate pinned
     if args.out is None:
         print(token)
         return 0

@@ -9,7 +9,8 @@ store is `<output_dir>/orchestrator/invites.json`, a name per invite:
     {"alice": {"sha256": "<hex of the token>", "created": 1795000000.0, "revoked": null}}
 
 Only the token's sha256 is kept (a token is 32 random bytes: no salt or slow hash needed); the
-token itself is printed once, or written to the file `--out` names (mode 0600). Writes go through
+token itself is printed once, or written to the file `--out` names (mode 0600), with the pool's
+certificate pinned after a dot (volunteer/tls.py). Writes go through
 a lock and a rename, so the operator's commands and the running pool never see half a file; the
 pool reads the file again whenever it changed.
 """
@@ -66,8 +67,9 @@ class Invites:
         return self._table
 
     def find(self, token: str) -> tuple[str, dict] | None:
-        """The invite `token` belongs to (revoked or not), compared in constant time."""
-        digest = token_hash(token)
+        """The invite `token` (its secret; a pinned certificate after a dot is the worker's) belongs to,
+        revoked or not, compared in constant time."""
+        digest = token_hash(token.strip().partition(".")[0])
         for name, entry in self.table().items():
             if hmac.compare_digest(str(entry["sha256"]), digest):
                 return name, entry

@@ -2,7 +2,8 @@
 
 The worker listens on nothing; it only calls the run's pool (orchestrator/volunteers.py):
 
-1. join with the token, signed by its key (volunteer/keys.py): the pool answers the model, where
+1. join with the token, signed by its key (volunteer/keys.py), over https to the certificate the
+   token pins when the pool is beyond loopback (volunteer/tls.py): the pool answers the model, where
    the weights are (the run's SHARDCAST relays, or its weights directory on the same machine) and
    the heartbeat period; then beat every period (a dead node re-joins; an ejected one stops);
 2. ask for leases (long polls, `concurrency` at once); the pool chooses the tasks and seeds;
@@ -38,6 +39,7 @@ from composer_prime.model.resolve import resolve_model
 from composer_prime.transports.weights.filesystem import MARKER, step_dir
 from composer_prime.verify import toploc
 from composer_prime.volunteer.engines import make_engine
+from composer_prime.volunteer.tls import split_token
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,17 @@ class Worker:
         self._cond = asyncio.Condition()  # guards `version` and `_users` (leases using the weights)
         self._users = 0
 
+    def _connector(self) -> aiohttp.TCPConnector:
+        """Over https, only the certificate the token pins (volunteer/tls.py); http is for loopback only
+        (WorkerConfig refuses it beyond)."""
+        _, pin = split_token(self.cfg.join_token())
+        if not self.url.startswith("https://"):
+            return aiohttp.TCPConnector()
+        if pin is None:
+            raise Ejected(f"{self.url} is https but the token pins no certificate: use the token the run's "
+                          f"operator gave (SECRET.PIN)")
+        return aiohttp.TCPConnector(ssl=aiohttp.Fingerprint(bytes.fromhex(pin)))
+
     async def post(self, route: str, body: dict) -> tuple[int, dict | None]:
         async with self._http.post(f"{self.url}/pool/{route}", json=body) as r:
             return r.status, (await r.json() if r.status == 200 else {"detail": await r.text()})
@@ -75,10 +88,14 @@ class Worker:
     async def join(self, wait_s: float = 120.0) -> dict:
         """Join (again); a pool not up yet is waited for `wait_s` (a worker may start with its run)."""
         deadline = time.time() + wait_s
+        secret, _ = split_token(self.cfg.join_token())
         while True:
             try:
-                status, info = await self.post("join", hello(self.key, "join", token=self.cfg.join_token()))
+                status, info = await self.post("join", hello(self.key, "join", token=secret))
                 break
+            except aiohttp.ServerFingerprintMismatch:  # someone else answers at that address
+                raise Ejected(f"the pool at {self.url} is not the run's: its certificate does not match the one "
+                              f"your token pins") from None
             except aiohttp.ClientConnectionError:
                 if time.time() > deadline:
                     raise Ejected(f"no pool answers at {self.url} after {wait_s:.0f} s") from None
@@ -89,7 +106,7 @@ class Worker:
 
     async def run(self) -> int:
         """Work until the pool ends (or `max_leases` submissions); returns how many were sent."""
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), connector=self._connector())
         try:
             info = await self.join()
             log.info(f"joined {self.url} as node {self.node[:12]}")

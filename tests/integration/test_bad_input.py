@@ -86,8 +86,9 @@ ROWS = [
     ("relay", [*RELAY, "--port", "{port}"], "port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
     ("rl", ["@", "configs/quickstart.toml", "@", "configs/volunteers.toml", "--orchestrator.volunteers.dtype", "float16",
             "--dry-run"], "orchestrator.volunteers.dtype: Input should be 'float32' or 'bfloat16' (command line)"),
-    ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.host", "0.0.0.0"],
-     "volunteers.host = 0.0.0.0 listens beyond loopback, where anyone who reaches it could join the run as an inference node"),
+    ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.host", "0.0.0.0", "--volunteers.tls", "false"],
+     "volunteers.tls: is off but the pool listens on 0.0.0.0, beyond loopback, where nothing travels in clear (prompts, "
+     "leases, tokens): leave tls unset or true (command line)"),
     ("orchestrator", ["--volunteers.enabled", "true", "--volunteers.port", "{port}"],
      "volunteers.port: cannot listen on 127.0.0.1:{port} (Address already in use)"),
     ("worker", ["--join", "http://127.0.0.1:{closed}", "--token", "t", "--dry-run"],

@@ -50,6 +50,7 @@ from composer_prime.orchestrator.filters import Filter
 from composer_prime.orchestrator.volunteers import Unverifiable, VolunteerPool
 from composer_prime.transports import auth
 from composer_prime.volunteer.invites import Invites, store_path
+from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +110,14 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
     if not v.enabled:
         return None
     token = v.join_token
-    join = f"uv run worker --join http://{v.host}:{v.port} --token_file"
+    join = f"uv run worker --join {'https' if v.serves_tls() else 'http'}://{v.host}:{v.port} --token_file"
     if v.open and token is None:  # made once per run directory, kept across restarts: joined workers keep working
         path = (cfg.auth.keys_dir or Path(cfg.output_dir) / "orchestrator") / "volunteers.token"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(24))
+                f.write(pinned_token(secrets.token_urlsafe(24), cfg.output_dir))
         token = path.read_text().strip()
         log.info(f"an open run: volunteers join with: {join} {path}")
     elif not v.open:
@@ -124,7 +125,8 @@ def attach(cfg: OrchestratorConfig, client) -> VolunteerPool | None:
                  f"--out NAME.token, then {join} NAME.token")
     weights = ({"type": "shardcast", "servers": v.relays, "public_key": auth.public_key(v.public_key)} if v.relays
                else {"type": "filesystem", "root": str(Path(cfg.output_dir).resolve() / "weights")})
-    pool = VolunteerPool(v, client.pool, token, weights, cfg.model, Invites(store_path(cfg.output_dir)))
+    tls = ensure_cert(cert_dir(cfg.output_dir)) if v.serves_tls() else None  # the certificate every token pins
+    pool = VolunteerPool(v, client.pool, token, weights, cfg.model, Invites(store_path(cfg.output_dir)), tls)
     client.volunteers = (pool, Validator(v, pool.is_member, client.audit))
     return pool
 
