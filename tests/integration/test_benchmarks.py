@@ -247,7 +247,8 @@ def test_volunteers_calibration(tmp_path):
     assert {c: x["verdicts"] for c, x in s["cheats"].items() if c != "changed prompt token"} == {
         "another model": {"toploc": 1}, "weights 1e-2": {"logprobs": 1}, "weights 1e-3": {"logprobs": 1},
         "tampered token": {"sampling": 1}, "picked tokens": {"sampling": 1}, "claimed log-probs": {"logprobs": 1},
-        "replayed proofs": {"toploc": 1}, "one step behind": {"toploc": 1}}
+        "replayed proofs": {"toploc": 1}, "one step behind": {"toploc": 1}, "cut short": {"boundary": 1},
+        "past its stop token": {"boundary": 1}, "a version never leased": {"version": 1}}
     assert s["cheats"]["changed prompt token"]["verdicts"] in ({"toploc": 1}, {"logprobs": 1})
 
 

@@ -213,15 +213,16 @@ class ChangedPrompt(Worker):
 
 
 class CutsShort(Worker):
-    """Keeps the first `keep` tokens of its honest completion (log-probs and proofs of that prefix, all
-    honest): a length of the worker's choosing, below the budget and without a stop token."""
+    """Keeps the first `keep` tokens of its honest completion (by default half of it; log-probs and proofs
+    of that prefix, all honest): a length of the worker's choosing, below the budget, without its stop token."""
 
-    keep = 20
+    keep: int | None = None
 
     async def generate(self, lease):
         gen, states = await super().generate(lease)
-        return dataclasses.replace(gen, token_ids=gen.token_ids[:self.keep], logprobs=gen.logprobs[:self.keep],
-                                   finish_reason="length"), states[:self.keep]
+        keep = self.keep if self.keep is not None else max(1, len(gen.token_ids) // 2)
+        return dataclasses.replace(gen, token_ids=gen.token_ids[:keep], logprobs=gen.logprobs[:keep],
+                                   finish_reason="length"), states[:keep]
 
 
 class RunsPastStop(Worker):
