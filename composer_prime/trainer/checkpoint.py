@@ -18,14 +18,14 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
 from composer_prime.trainer.outer_sync import Stateful
+from composer_prime.utils import steps
 
 DONE = "DONE"
 Saved = Union[torch.nn.Module, Stateful]  # what a checkpoint holds beside the model and optimizer
 
 
 def latest(root: Path) -> tuple[int, Path] | None:
-    done = [(int(p.name.split("_")[1]), p) for p in root.glob("step_*") if (p / DONE).exists()]
-    return max(done) if done else None
+    return steps.latest(root, DONE)
 
 
 def _key(label: str) -> str:
@@ -46,7 +46,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
          extra: dict[str, Saved] | None = None) -> None:
     """`extra`: modules (their model state dict) or other state (its `state_dict()`) by label
     ("distill:EMA teacher", "diloco:outer state"), saved beside the model."""
-    out = root / f"step_{step}"
+    out = steps.step_path(root, step)
     if dist.get_rank() == 0:
         shutil.rmtree(out, ignore_errors=True)
     dist.barrier()
@@ -54,9 +54,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
     dist.barrier()
     if dist.get_rank() == 0:
         (out / DONE).write_text(json.dumps({"step": step}))
-        finished = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / DONE).exists())
-        for old in finished[:-keep_last]:
-            shutil.rmtree(root / f"step_{old}", ignore_errors=True)
+        steps.prune(root, keep_last, DONE)
     dist.barrier()
 
 

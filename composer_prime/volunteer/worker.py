@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +36,7 @@ from composer_prime.contract.inference import Generation
 from composer_prime.contract.volunteer import Lease, Submission, hello, node_id
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports.weights.filesystem import MARKER, step_dir
+from composer_prime.utils import steps
 from composer_prime.verify import toploc
 from composer_prime.volunteer.engines import make_engine
 from composer_prime.volunteer.tls import split_token
@@ -230,9 +230,7 @@ class Worker:
         self.version = version
         log.info(f"holding weights v{version}")
         if self.weights["type"] != "filesystem":  # our downloads: the newest few (a lease may go back one)
-            steps = sorted(path.parent.glob("step_*"), key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1)
-            for old in steps[:-3]:
-                shutil.rmtree(old, ignore_errors=True)
+            steps.prune(path.parent, 3)
 
     async def fetch(self, version: int, deadline: float) -> Path:
         w = self.weights

@@ -16,16 +16,16 @@ import httpx
 import torch
 from safetensors.torch import save_file
 
+from composer_prime.utils import steps
+
 MARKER = "STABLE"
 
 
-def step_dir(root: Path, step: int) -> Path:
-    return root / f"step_{step}"
+step_dir = steps.step_path
 
 
 def latest_stable(root: Path) -> tuple[int, Path] | None:
-    steps = [(int(p.name.split("_")[1]), p) for p in root.glob("step_*") if (p / MARKER).exists()]
-    return max(steps) if steps else None
+    return steps.latest(root, MARKER)
 
 
 def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model_dir: Path, tied: bool,
@@ -51,10 +51,7 @@ def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model
 
 def prune(root: Path, keep_last: int, protect: int | None = None) -> None:
     """Keep the newest `keep_last` steps and `protect` (the newest checkpoint's: a resumed run's inference starts there)."""
-    stable = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / MARKER).exists())
-    for s in stable[:-keep_last] if keep_last > 0 else []:
-        if s != protect:
-            shutil.rmtree(step_dir(root, s), ignore_errors=True)
+    steps.prune(root, keep_last, MARKER, protect)
 
 
 def notify_inference(urls: list[str], path: Path, version: int, token: str | None = None, timeout_s: float = 120.0,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
 from composer_prime.transports.weights.shardcast.manifest import VerificationError
 from composer_prime.transports.weights.shardcast.origin import model_hash
+from composer_prime.utils import steps
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ async def follow(servers: list[str], public_key: str, base_model_dir: str, work_
                 await asyncio.sleep(1.0 if latest < 0 else 0.1)
                 continue
             try:
-                path = await dl.fetch(latest, steps_dir / f"step_{latest}")
+                path = await dl.fetch(latest, steps.step_path(steps_dir, latest))
                 await load(str(path), latest)
             except (DownloadError, VerificationError) as e:
                 log.warning(f"step {latest} not loaded: {e} (stats {dict(dl.stats)})")
@@ -63,8 +63,6 @@ async def follow(servers: list[str], public_key: str, base_model_dir: str, work_
             log.info(f"loaded step {latest} ({dl.stats['bytes']:,} bytes fetched so far)")
             loaded = latest
             record(loaded)
-            kept = sorted((int(p.name.split("_")[1]) for p in steps_dir.glob("step_*") if p.name[5:].isdigit()), reverse=True)
-            for old in kept[max(1, keep):]:  # the serving step (vLLM may re-read it) and the newest before it
-                shutil.rmtree(steps_dir / f"step_{old}", ignore_errors=True)
+            steps.prune(steps_dir, max(1, keep))  # the serving step (vLLM may re-read it) and the newest before it
     finally:
         await dl.close()
