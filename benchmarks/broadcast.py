@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from composer_prime.contract.weights import Shardcast  # noqa: E402
 from composer_prime.transports.weights.shardcast.client import Downloader  # noqa: E402
 from composer_prime.transports.weights.shardcast.manifest import load_or_create_key, public_hex  # noqa: E402
 from composer_prime.transports.weights.shardcast.origin import Origin  # noqa: E402
@@ -104,7 +105,7 @@ def wait_lines(procs: list[subprocess.Popen], timeout: float) -> list[float]:
 # ---------------------------------------------------------------- ours
 def client_ours(url: str, key: str, out: str) -> None:
     async def go():
-        dl = Downloader([url], key, Path(out) / "work")
+        dl = Downloader(Shardcast((url,), key), Path(out) / "work")
         await dl.latest(after=0, wait_s=0)  # connected
         print("ready", flush=True)
         while await dl.latest(after=0, wait_s=60) < 1:

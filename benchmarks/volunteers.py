@@ -140,13 +140,13 @@ def calibrate(model: str, dtype: str, honest: int, cheats: int, work: Path, prog
             # the shipped beat (2 s, dead after 3 missed): a vLLM worker starting takes this machine's cores
             async with V.pool_run(urls["trusted"], model, work / "run", eject_after=10**9, lease_s=900.0,
                                   dtype=dtype, heartbeat_s=2.0, samplers=["seeded", "any"]) as (client, pool):
-                _, validator = client.volunteers
+                validator = pool.validator
                 audits: dict = {}
                 real = validator.audit
 
                 async def spy(body):
                     m = await real(body)
-                    audits[body["seed"]] = m or {}
+                    audits[body.seed] = m.model_dump() if m else {}
                     return m
                 validator.audit = spy
                 out = {}

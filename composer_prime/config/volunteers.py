@@ -1,6 +1,6 @@
 """`[orchestrator.volunteers]`: untrusted machines that join a run as inference nodes (issue 27).
 
-The orchestrator runs a pool (orchestrator/volunteers.py) that workers (`uv run worker`) join with
+The orchestrator runs a pool (volunteer/pool.py) that workers (`uv run worker`) join with
 the run's join token; a joined node takes leases (a prompt, sampling parameters and a seed chosen
 by the pool), generates with TOPLOC proofs and submits; the validator (orchestrator/filters/
 volunteers.py) admits a completion only when every check passes. Defaults and their sources:

@@ -8,7 +8,7 @@ trainer can recompute them exactly.
 
 A completion ends at its first stop token (kept) or at its token budget: `completion_end` says where,
 and nothing after it is ever part of a rollout (orchestrator/rollouts.py) nor accepted from a
-volunteer (filters/volunteers.py: a completion cut short or run past a stop token is rejected).
+volunteer (volunteer/validator.py: a completion cut short or run past a stop token is rejected).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What crosses between a run and a volunteer's inference node: the lease it is given and the
-signed submission it returns (issue 27's worker and validator read only these).
+signed submission it returns, and the pool's answer to a join (issue 27's worker and validator
+read only these).
 
 A `Lease` is chosen by the run's pool, never by the node: the task (its prompt, bound by hash),
 the sampling parameters and seed, the weight version to generate with (the trusted servers'
@@ -25,9 +26,33 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from composer_prime.contract.batches import SchemaError
+from composer_prime.contract.weights import WeightsSource, from_json, to_json
 
 CHUNK = 32  # tokens per TOPLOC proof (INTELLECT-2's and prime-rl's boundary)
 SAMPLERS = ("seeded", "any")  # the embedded engine's seeded draws (replayed exactly); any other (vLLM's: tested)
+
+
+@dataclass(frozen=True)
+class JoinAnswer:
+    """The pool's answer to a join: what to serve, in which dtype, where its weights are, how often to beat."""
+
+    model: str  # a model name the worker resolves (tiny, smollm2-135m, a hub id, a GGUF file)
+    weights: WeightsSource
+    heartbeat_s: float
+    dtype: str  # what the worker generates and the audits prefill in (volunteers.dtype)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "weights": to_json(self.weights)}
+
+    @classmethod
+    def from_json(cls, body: object) -> "JoinAnswer":
+        """SchemaError for a body that is not a join answer (a wrong server, a newer run)."""
+        if not isinstance(body, dict):
+            raise SchemaError(f"a join answer is an object, not {type(body).__name__}")
+        try:
+            return cls(str(body["model"]), from_json(body["weights"]), float(body["heartbeat_s"]), str(body["dtype"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(f"not a join answer: {e!r}") from None
 
 
 def prompt_hash(prompt_ids: list[int]) -> str:

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from composer_prime.config import RelayConfig, load_or_exit
+from composer_prime.contract.weights import Shardcast
 from composer_prime.entrypoints import checks
 from composer_prime.transports.auth import public_key
 from composer_prime.utils.logs import setup
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from composer_prime.transports.weights.shardcast.relay import Relay, serve
 
-    relay = Relay(cfg.upstream, cfg.data_dir, public_key(cfg.public_key), cfg.keep_last, cfg.poll_wait_s)
+    relay = Relay(Shardcast(tuple(cfg.upstream), public_key(cfg.public_key)), cfg.data_dir, cfg.keep_last, cfg.poll_wait_s)
     logging.getLogger(__name__).info(f"mirroring {', '.join(cfg.upstream)} on http://{cfg.host}:{cfg.port} ({cfg.data_dir})")
     asyncio.run(serve(relay, cfg.host, cfg.port))
 

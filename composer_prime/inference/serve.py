@@ -11,6 +11,7 @@ from composer_prime.config import InferenceConfig
 from composer_prime.inference.server import ServerState, build_app
 from composer_prime.model.resolve import resolve_model
 from composer_prime.transports import auth
+from composer_prime.utils.proc import long_lived
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +41,17 @@ async def serve(cfg: InferenceConfig, token: str | None = None) -> None:
     server = uvicorn.Server(uvicorn.Config(build_app(state, token), host=cfg.host, port=cfg.port, log_level="warning"))
     follower = None
     if cfg.weight_broadcast.type == "shardcast":
+        from composer_prime.contract.weights import Shardcast
         from composer_prime.transports.weights.shardcast.follow import follow
 
         wb = cfg.weight_broadcast
         follower = asyncio.create_task(follow(
-            wb.servers, auth.public_key(wb.public_key), base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
+            Shardcast(tuple(wb.servers), auth.public_key(wb.public_key)), base, cfg.output_dir / f"inference-{cfg.port}", lambda: state.version,
             state.load, keep=wb.keep_last))
         follower.add_done_callback(lambda t: setattr(server, "should_exit", True))  # it never ends unless it failed
     try:
-        await server.serve()
+        with long_lived():  # the engine, torch and the tokenizer: never collected, no longer walked either
+            await server.serve()
     finally:
         if follower is not None:
             follower.cancel()

@@ -19,7 +19,6 @@ import hmac
 import time
 import uuid
 from pathlib import Path
-from typing import Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -27,6 +26,7 @@ from pydantic import BaseModel, Field, field_validator
 from transformers import AutoTokenizer
 
 from composer_prime.config.sampling import SamplingParams
+from composer_prime.contract.audit import AuditAnswer, AuditRequest
 from composer_prime.contract.inference import generate_answer
 from composer_prime.inference.engines.base import Engine
 from composer_prime.utils.chat import encode_chat
@@ -43,19 +43,6 @@ class GenerateRequest(BaseModel):
     def _sampling_only(cls, v: object) -> object:
         # verifiers' client also sends logprobs / skip_special_tokens: every answer has both anyway
         return {k: x for k, x in v.items() if k in SamplingParams.model_fields} if isinstance(v, dict) else v
-
-
-class AuditRequest(BaseModel):
-    """A volunteer's completion to measure: prompt + completion ids, its proofs and claims."""
-
-    weight_version: int  # the weights it claims: measured only against those (409 otherwise)
-    token_ids: list[int]
-    prompt_len: int = Field(ge=1)
-    proofs: list[str]
-    logprobs: list[float]
-    seed: int
-    sampling_params: SamplingParams
-    dtype: Literal["float32", "bfloat16"] | None = None  # the prefill's (None: the served one); the answer says which
 
 
 class ScoreRequest(BaseModel):
@@ -191,6 +178,10 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
 
         if len(req.logprobs) != len(req.token_ids) - req.prompt_len:
             raise HTTPException(status_code=400, detail="one log-prob per completion token")
+        try:
+            params = SamplingParams(**req.sampling_params)
+        except ValueError as e:  # pydantic's ValidationError is one
+            raise HTTPException(status_code=400, detail=f"sampling_params: {e}") from None
         version, served = state.version, getattr(state.engine, "dtype", None)
         dtype = req.dtype or served
         # the served model measures the served version in its dtype (an engine that can); else a copy of the
@@ -216,9 +207,9 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
             raise HTTPException(status_code=501, detail=str(e)) from None
         except (RuntimeError, ValueError) as e:  # toploc missing, or proofs it cannot parse
             raise HTTPException(status_code=422, detail=f"proofs not measurable: {e}") from None
-        checked = sampling.check(logits, req.token_ids[req.prompt_len:], req.logprobs, req.sampling_params, req.seed)
-        return {"weight_version": req.weight_version, "dtype": dtype, "chunks": [dataclasses.asdict(c) for c in chunks],
-                **dataclasses.asdict(checked)}
+        checked = sampling.check(logits, req.token_ids[req.prompt_len:], req.logprobs, params, req.seed)
+        return AuditAnswer(weight_version=req.weight_version, dtype=dtype, chunks=[dataclasses.asdict(c) for c in chunks],
+                           **dataclasses.asdict(checked)).model_dump()
 
     def openai_response(kind: str, gen, body: dict) -> JSONResponse:
         text = tok.decode([t for t in gen.token_ids if t not in (tok.eos_token_id,)], skip_special_tokens=True)

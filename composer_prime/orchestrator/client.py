@@ -21,26 +21,26 @@ such server would, and a request whose connection drops is sent again (twice at 
 request gets the same answer, an unseeded one a fresh sample). A server still unreachable after
 that is `InferenceUnreachable`: the orchestrator stops with one line.
 
-Volunteers (orchestrator/volunteers.py): a request the pool hands to a volunteer's node becomes
-one lease per completion, at the weights the trusted servers serve; each submission is validated
-(filters/volunteers.py) before its caller gets it, its verdict on the completion. A lease lost
-(node dead, ejected, late) or a submission no trusted server can check goes to the next node.
+Nodes that join (a volunteer's: volunteer/node.py) are `Node`s of the same pool: the client asks
+whichever node it picks for the group's completions and knows nothing more of it. A node that
+cannot answer this request (`NodeFailed`: a lease lost, a submission no trusted server can check)
+hands it to the next node. `audit` is the trusted servers' measurement of an untrusted node's
+completion, handed to whoever validates them (volunteer/validator.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.contract.inference import Completion, Scores, completions
-from composer_prime.orchestrator.pool import NodePool
-from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost, Unverifiable, VolunteerPool
+from composer_prime.contract.audit import AuditAnswer, AuditRefused, AuditRequest
+from composer_prime.contract.inference import Completion, Scores
+from composer_prime.orchestrator.pool import NodeFailed, NodePool, TrustedNode
 
 
 class RefusedRequest(ValueError):
@@ -62,13 +62,12 @@ RETRY_DELAYS_S = (0.2, 1.0)  # after a dropped or refused connection; then the e
 class InferenceClient:
     def __init__(self, urls: list[str], model: str, timeout_s: float = 300.0) -> None:
         self.urls, self.model, self.timeout_s = urls, model, timeout_s  # the trusted servers
-        self.pool = NodePool(urls)  # they, and the nodes that join
+        self.pool = NodePool([TrustedNode(u, model, self._post) for u in urls])  # they, and the nodes that join
         self._session: aiohttp.ClientSession | None = None  # made in the event loop that uses it
         self._pending: dict[tuple, list[tuple[int | None, asyncio.Future]]] = {}  # same prompt and params: seeds waiting
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self.requests = 0  # generate requests sent (after coalescing)
         self.served = 0  # the newest weight version a trusted server answered with (leases use it)
-        self.volunteers: tuple[VolunteerPool, Any] | None = None  # (pool, validator): filters/volunteers.attach
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:  # limit=0: the whole batch at once
@@ -77,7 +76,7 @@ class InferenceClient:
         return self._session
 
     async def _post(self, route: str, body: dict, url: str | None = None) -> dict[str, Any]:
-        url, delays = url or self.pool.pick().url, list(RETRY_DELAYS_S)
+        url, delays = url or self.pool.pick(trusted=True).name, list(RETRY_DELAYS_S)
         while True:
             try:
                 async with self._http().post(f"{url}{route}", json=body) as r:
@@ -118,24 +117,18 @@ class InferenceClient:
 
     async def _send(self, prompt_ids: list[int], sampling: SamplingParams, futures: list[asyncio.Future]) -> None:
         self.requests += 1
-        request = {"model": self.model, "token_ids": prompt_ids, "n": len(futures),
-                   "sampling_params": sampling.model_dump(mode="json")}
         try:
             while True:
                 node = self.pool.pick()
                 try:
-                    if node.url.startswith(PREFIX):
-                        out = await self._volunteer(node.url, prompt_ids, sampling, len(futures))
-                    else:
-                        out = completions(await self._post("/inference/v1/generate", request, node.url))
+                    out = await node.complete(prompt_ids, sampling, len(futures))
                     break
                 except InferenceUnreachable as e:
                     if node.trusted:
                         raise
-                    self.pool.leave(node.url, str(e))  # an untrusted node gone: the others take its requests
-                except (LeaseLost, Unverifiable):
-                    continue  # the pool has let the node go if it is gone; the task goes to the next node
-            url = node.url
+                    self.pool.leave(node.name, str(e))  # an untrusted node gone: the others take its requests
+                except NodeFailed:
+                    continue  # the node's own bookkeeping let it go if it is gone; the task goes to the next node
         except asyncio.CancelledError:
             for f in futures:
                 f.cancel()
@@ -147,37 +140,17 @@ class InferenceClient:
             return
         for f, completion in zip(futures, out):
             if not f.done():  # a caller cancelled meanwhile
-                f.set_result(dataclasses.replace(completion, node=url))
+                f.set_result(dataclasses.replace(completion, node=node.name))
 
-    async def _volunteer(self, url: str, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
-        """n leases (seed + i) to the volunteer `url`, each submission validated; its verdict on the completion."""
-        pool, validator = self.volunteers
-        seed = sampling.seed if sampling.seed is not None else random.getrandbits(62)  # the pool's pick, never the node's
-        async with pool.request(url):  # a node on probation: one request at a time
-            got = await asyncio.gather(*(pool.lease(url, prompt_ids, sampling.model_copy(update={"seed": seed + i}),
-                                                    self.served) for i in range(n)))
-        out = []
-        for lease, sub in got:
-            try:
-                verdict = await validator.check(lease, sub)
-            except Unverifiable:  # checked after the trusted servers moved on: slow, or hoarding; a fraction of a strike
-                pool.charge(sub.node_id, "unverifiable", pool.cfg.strike_unverifiable)
-                raise
-            pool.verdict(sub.node_id, verdict)
-            stopped = bool(sub.token_ids) and sub.token_ids[-1] in sampling.stop_token_ids
-            out.append(Completion(sub.token_ids, sub.logprobs, "stop" if stopped else "length", sub.weight_version,
-                                  verdict=verdict))
-        return out
-
-    async def audit(self, body: dict) -> dict | None:
-        """A trusted server's measurements of a volunteer's completion (/inference/v1/audit): None
-        when it serves other weights than the submission's; {"error": ...} when it cannot measure it."""
+    async def audit(self, request: AuditRequest) -> AuditAnswer | None:
+        """A trusted server's measurements of an untrusted node's completion (/inference/v1/audit): None
+        when none serves the submission's weights any more; AuditRefused when it cannot measure it."""
         for url in self.urls:  # any trusted server at the submission's version will do
             try:
-                return await self._post("/inference/v1/audit", body, url)
+                return AuditAnswer.model_validate(await self._post("/inference/v1/audit", request.model_dump(mode="json"), url))
             except RefusedRequest as e:
                 if e.status != 409:
-                    return {"error": str(e)}
+                    raise AuditRefused(str(e)) from None
         return None
 
     async def score(self, token_ids: list[int], start: int, top_k: int, temperature: float = 1.0) -> Scores:

@@ -41,11 +41,12 @@ from composer_prime.orchestrator.advantages import group_advantages, shape_rewar
 from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.filters import make_filters, metric_names
-from composer_prime.orchestrator.filters.volunteers import attach
+from composer_prime.orchestrator.pool import make_sources
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
+from composer_prime.utils.proc import long_lived
 from composer_prime.utils.report import volunteers_line
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,12 @@ class Orchestrator:
         self.envs = [EnvRun(e, env, island_share(env.train, cfg.island, cfg.islands, e.id), env.held_out,
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e, env in zip(cfg.envs, loaded)]
         self.client = InferenceClient(cfg.inference_urls, cfg.model)
-        self.volunteers = attach(cfg, self.client)  # None unless the run takes volunteers
+        # nodes that join while the run goes (volunteers, when the run takes them): sources registered by name
+        self.sources = make_sources(cfg, self.client.pool, self.client.audit, lambda: self.client.served)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)
         self.steps = make_steps(cfg, self.tok, self.client)
         self.filters = make_filters(cfg)
+        self.filter_metrics = metric_names()  # once: it reads every package's entry points (13 ms a step, profiled)
         self.trainer: str | None = None  # the trainer start we follow (the id it announces)
         self.restart: int | None = None  # the step a newly started trainer expects, until we act on it
         self.restarts = 0  # trainer restarts followed (a metric)
@@ -169,7 +172,8 @@ class Orchestrator:
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}-{step}" + (f"-{cfg.island}" if cfg.islands > 1 else ""))  # each island its own draws
         kept: dict[str, list] = {env.cfg.id: [] for env in self.envs}
-        c = Collected(seen={env.cfg.id: [] for env in self.envs}, dropped={env.cfg.id: [] for env in self.envs})
+        c = Collected(seen={env.cfg.id: [] for env in self.envs}, dropped={env.cfg.id: [] for env in self.envs},
+                      stats={"groups": 0, **dict.fromkeys(self.filter_metrics, 0)})
         for _attempt in range(8):  # dynamic sampling: refill until every environment's share is full
             draws = [(env, env.train[rng.randrange(len(env.train))], rng.randrange(2**31))
                      for env in self.envs for _ in range(env.groups - len(kept[env.cfg.id]))]
@@ -226,8 +230,8 @@ class Orchestrator:
             **step_metrics,
         }
         info |= dropped_metrics([r for rs in c.dropped.values() for r in rs])
-        if self.volunteers is not None:  # what each volunteer has in this batch (a rejected one: nothing)
-            info |= self.volunteers.in_batch([r.nodes for g, _ in c.groups for r in g])
+        for source in self.sources:  # what each joined node has in this batch (a rejected one: nothing)
+            info |= source.in_batch([r.nodes for g, _ in c.groups for r in g])
         for env in self.envs:
             info |= env_metrics(f"env/{env.cfg.id}", c.seen[env.cfg.id])
             info[f"env/{env.cfg.id}/dropped"] = len(c.dropped.get(env.cfg.id, []))
@@ -253,12 +257,13 @@ class Orchestrator:
         try:
             for env in self.envs:
                 await env.env.start()
-            if self.volunteers is not None:
-                await self.volunteers.start()
-            await self._loop()
+            for source in self.sources:
+                await source.start()
+            with long_lived():
+                await self._loop()
         finally:  # also when inference is gone: the session closes before the process reports it
-            if self.volunteers is not None:
-                await self.volunteers.stop()
+            for source in self.sources:
+                await source.stop()
             await self.client.close()
             for env in self.envs:
                 await env.env.close()
@@ -312,7 +317,8 @@ class Orchestrator:
             t_send = time.time()
             sender.send(batch)
             row |= info | {"send_s": time.time() - t_send, "trainer_restarts": self.restarts}
-            row |= self.volunteers.metrics() if self.volunteers is not None else {}
+            for source in self.sources:
+                row |= source.metrics()
             metrics.log(row)
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             held += f" | {volunteers_line(row)}" if "volunteers/healthy" in row else ""

@@ -1,12 +1,16 @@
-"""Child processes that cannot outlive their parent; the cores and GPUs they may use."""
+"""Child processes that cannot outlive their parent; the cores and GPUs they may use; the heap a
+serving process builds at start."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import sys
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable
 
 _PR_SET_PDEATHSIG = 1
@@ -66,3 +70,18 @@ def check_cpus(cpus: list[int]) -> None:
 def has_gpu() -> bool:
     """An NVIDIA device node, without importing torch (the launcher stays light)."""
     return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+@contextmanager
+def long_lived() -> Iterator[None]:
+    """Within it, the objects made before it (torch's, transformers' and the environments' modules, the
+    tokenizer, the tasks: some 700,000 in the orchestrator) are left out of garbage collection. They
+    live as long as the process anyway, and every full collection walked them all: 0.33 s, once every
+    10 or so steps, 40% of the orchestrator's time with an engine that costs nothing (2-core CPU).
+    Leaving it puts them back, so that the process ends as it would have."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

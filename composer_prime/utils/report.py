@@ -13,7 +13,7 @@ def metrics_rows(path: Path) -> list[dict]:
 
 
 def volunteers_line(row: dict) -> str | None:
-    """The volunteers' counts in a metrics row (orchestrator/volunteers.py's), in words; None without volunteers."""
+    """The volunteers' counts in a metrics row (volunteer/pool.py's), in words; None without volunteers."""
     if "volunteers/healthy" not in row:
         return None
     per_node = [(k.split("/")[2], v) for k, v in row.items() if k.startswith("volunteers/") and k.count("/") == 2

@@ -1,6 +1,6 @@
 """`uv run worker --join URL --token T`: this machine becomes an inference node of a run.
 
-The worker listens on nothing; it only calls the run's pool (orchestrator/volunteers.py):
+The worker listens on nothing; it only calls the run's pool (volunteer/pool.py, its routes in volunteer/door.py):
 
 1. join with the token, signed by its key (volunteer/keys.py), over https to the certificate the
    token pins when the pool is beyond loopback (volunteer/tls.py): the pool answers the model, where
@@ -33,9 +33,11 @@ import torch
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import WorkerConfig
 from composer_prime.contract.inference import Generation
-from composer_prime.contract.volunteer import Lease, Submission, hello, node_id
+from composer_prime.contract.batches import SchemaError
+from composer_prime.contract.volunteer import JoinAnswer, Lease, Submission, hello, node_id
+from composer_prime.contract.weights import Directory, Shardcast
 from composer_prime.model.resolve import resolve_model
-from composer_prime.transports.weights.filesystem import MARKER, step_dir
+from composer_prime.transports.weights.filesystem import MARKER
 from composer_prime.utils import steps
 from composer_prime.verify import toploc
 from composer_prime.volunteer.engines import make_engine
@@ -85,7 +87,7 @@ class Worker:
         async with self._http.post(f"{self.url}/pool/{route}", json=body) as r:
             return r.status, (await r.json() if r.status == 200 else {"detail": await r.text()})
 
-    async def join(self, wait_s: float = 120.0) -> dict:
+    async def join(self, wait_s: float = 120.0) -> JoinAnswer:
         """Join (again); a pool not up yet is waited for `wait_s` (a worker may start with its run)."""
         deadline = time.time() + wait_s
         secret, _ = split_token(self.cfg.join_token())
@@ -102,7 +104,10 @@ class Worker:
                 await asyncio.sleep(1.0)
         if status != 200:
             raise Ejected(f"the pool at {self.url} refused to let this node join: {status} {info['detail']}")
-        return info
+        try:
+            return JoinAnswer.from_json(info)
+        except SchemaError as e:
+            raise Ejected(f"the pool at {self.url} answered the join with something else: {e}") from None
 
     async def run(self) -> int:
         """Work until the pool ends (or `max_leases` submissions); returns how many were sent."""
@@ -110,12 +115,12 @@ class Worker:
         try:
             info = await self.join()
             log.info(f"joined {self.url} as node {self.node[:12]}")
-            beat = asyncio.create_task(self._beat(float(info["heartbeat_s"])))  # beating while the model loads
+            beat = asyncio.create_task(self._beat(info.heartbeat_s))  # beating while the model loads
             try:
-                model_dir = await asyncio.to_thread(resolve_model, info["model"])  # may convert it, once
-                self.weights, self.model_dir = info["weights"], model_dir
-                dtype = self.cfg.dtype if self.cfg.dtype != "auto" else info.get("dtype") or "auto"  # the run's, by default
-                self.engine = make_engine(self.cfg.engine, model_dir, info["model"], self.cfg.max_model_len,
+                model_dir = await asyncio.to_thread(resolve_model, info.model)  # may convert it, once
+                self.weights, self.model_dir = info.weights, model_dir
+                dtype = self.cfg.dtype if self.cfg.dtype != "auto" else info.dtype or "auto"  # the run's, by default
+                self.engine = make_engine(self.cfg.engine, model_dir, info.model, self.cfg.max_model_len,
                                           self.cfg.concurrency, self.cfg.device, dtype, self.cfg.draws)
                 await self.engine.start()
                 await self._work(beat)
@@ -229,24 +234,24 @@ class Worker:
         await self.engine.load_weights(str(path))
         self.version = version
         log.info(f"holding weights v{version}")
-        if self.weights["type"] != "filesystem":  # our downloads: the newest few (a lease may go back one)
+        if isinstance(self.weights, Shardcast):  # our downloads: the newest few (a lease may go back one)
             steps.prune(path.parent, 3)
 
     async def fetch(self, version: int, deadline: float) -> Path:
         w = self.weights
-        if w["type"] == "filesystem":  # the run's own directory: this machine is the run's
-            path = step_dir(Path(w["root"]), version)
+        if isinstance(w, Directory):  # the run's own directory: this machine is the run's
+            path = steps.step_path(Path(w.root), version)
             while not (path / MARKER).exists():
                 if time.time() > deadline:
-                    raise TimeoutError(f"weights v{version} did not appear in {w['root']}")
+                    raise TimeoutError(f"weights v{version} did not appear in {w.root}")
                 await asyncio.sleep(0.2)
             return path
         from composer_prime.transports.weights.shardcast.client import Downloader
         from composer_prime.transports.weights.shardcast.origin import model_hash
 
-        dl = Downloader(w["servers"], w["public_key"], self.cfg.work_dir / "incoming",
+        dl = Downloader(w, self.cfg.work_dir / "incoming",
                         expect_model_hash=model_hash(Path(self.model_dir)))
         try:
-            return await dl.fetch(version, self.cfg.work_dir / "weights" / f"step_{version}")
+            return await dl.fetch(version, steps.step_path(self.cfg.work_dir / "weights", version))
         finally:
             await dl.close()

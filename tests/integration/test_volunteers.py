@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.volunteer import hello
-from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost
+from composer_prime.contract.weights import Directory
+from composer_prime.volunteer.members import PREFIX, LeaseLost
 from composer_prime.transports.weights.filesystem import step_dir
 from composer_prime.utils.net import free_port
 from composer_prime.volunteer.worker import Ejected, Worker
@@ -70,7 +71,7 @@ def run(trusted, tmp_path, body, **volunteers):
 
     async def go():
         async with V.pool_run(url, "tiny", tmp_path / "run", **volunteers) as (client, pool):
-            pool.weights = {"type": "filesystem", "root": str(root)}
+            pool.weights = Directory(str(root))
             return await body(client, pool)
     return asyncio.run(go())
 
@@ -141,7 +142,7 @@ def test_a_completion_cut_short_or_drawn_past_its_stop_token_is_rejected_before_
         workers = {name: V.make_worker(cls, pool, tmp_path, name)
                    for name, cls in (("honest", Worker), ("short", V.CutsShort), ("past", V.RunsPastStop))}
         audits = []
-        _, validator = client.volunteers
+        validator = pool.validator
         real = validator.audit
         validator.audit = lambda b: audits.append(b) or real(b)
         async with V.working(workers["honest"]), V.working(workers["short"]), V.working(workers["past"]):
@@ -158,7 +159,7 @@ def test_a_completion_cut_short_or_drawn_past_its_stop_token_is_rejected_before_
     assert got["short"][0] == expected[:(len(expected) - 1) // 2] and got["short"][1] == "boundary"
     assert len(got["past"][0]) == 70 and got["past"][0][:len(expected)] == expected and got["past"][1] == "boundary"
     assert audits == 1  # the honest one's: neither cheat cost a trusted prefill
-    monkeypatch.setattr("composer_prime.orchestrator.filters.volunteers.boundary_valid", lambda *a: True)
+    monkeypatch.setattr("composer_prime.volunteer.validator.boundary_valid", lambda *a: True)
     got, _, _ = run(trusted, tmp_path, body)
     assert (got["short"][1], got["past"][1]) == ("", "")
 
@@ -171,7 +172,7 @@ def test_an_older_or_never_leased_version_or_a_changed_prompt_said_openly_is_rej
         moved = V.make_worker(V.ChangedPrompt, pool, tmp_path, "own")
         moved.own_hash = True
         audits = []
-        _, validator = client.volunteers
+        validator = pool.validator
         real = validator.audit
         validator.audit = lambda b: audits.append(b) or real(b)
         async with V.working(old), V.working(newer), V.working(moved):
@@ -195,12 +196,12 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
         assert httpx.get(f"{bf16}/health").json()["dtype"] == "bfloat16"
 
         async def body(client, pool):
-            _, validator = client.volunteers
+            validator = pool.validator
             real, said = validator.audit, []
 
             async def spy(b):
                 m = await real(b)
-                said.append(m["dtype"])
+                said.append(m.dtype)
                 return m
             validator.audit = spy
             honest, cheat = (V.make_worker(cls, pool, tmp_path, f"{name}-{pool.cfg.dtype}", dtype="auto")
@@ -242,7 +243,7 @@ def vllm_leases(trusted, tmp_path, draws: str) -> tuple[list[str], list[dict]]:
     audits' measurements."""
     async def body(client, pool):
         w = V.make_worker(V.Substitutes, pool, tmp_path, f"vllm-{draws}", engine="vllm", draws=draws)
-        _, validator = client.volunteers
+        validator = pool.validator
         real, measured = validator.audit, []
 
         async def spy(b):
@@ -264,7 +265,7 @@ def test_a_vllm_worker_draws_with_the_seeded_sampler_and_is_replayed(trusted, tm
     float32's 1e-5 margin, as the embedded engine's), so a tampered token and picked tokens fail `sampling`."""
     verdicts, measured = vllm_leases(trusted, tmp_path, "seeded")
     assert verdicts == ["", "", "sampling", "sampling"]
-    assert max(m["max_draw_distance"] for m in measured[:2]) <= 1e-5 < min(m["max_draw_distance"] for m in measured[2:])
+    assert max(m.max_draw_distance for m in measured[:2]) <= 1e-5 < min(m.max_draw_distance for m in measured[2:])
 
 
 def test_vllms_own_draws_are_tested_statistically_and_picked_tokens_fail(trusted, tmp_path):
@@ -274,7 +275,7 @@ def test_vllms_own_draws_are_tested_statistically_and_picked_tokens_fail(trusted
     verdicts, measured = vllm_leases(trusted, tmp_path, "engine")
     assert verdicts[:2] == ["", ""] and verdicts[3] == "sampling"
     assert verdicts[2] in ("", "sampling")  # passes (10 of 10 in the calibration's tiny set); only the draws' test could see it
-    assert measured[3]["surprisal_z"] < -4.5 < min(m["surprisal_z"] for m in measured[:2])
+    assert measured[3].surprisal_z < -4.5 < min(m.surprisal_z for m in measured[:2])
 
 
 PROOF_EDITS = {
@@ -321,7 +322,7 @@ def test_a_forged_signature_or_an_unregistered_key_is_refused_and_charges_no_one
     async def body(client, pool):
         victim = V.make_worker(Worker, pool, tmp_path, "victim")
         async with V.working(victim), aiohttp.ClientSession() as http:
-            lease_task = asyncio.create_task(pool.lease(PREFIX + victim.node, PROMPT, SamplingParams(max_tokens=40, seed=0), 1))
+            lease_task = asyncio.create_task(pool.lease(victim.node, PROMPT, SamplingParams(max_tokens=40, seed=0), 1))
             lease, sub = await lease_task
             base = f"http://127.0.0.1:{pool.cfg.port}/pool"
             async with http.post(f"{base}/submit", json=asdict(V.forged(sub, victim.node))) as r:
@@ -355,7 +356,7 @@ def test_a_node_that_stops_beating_mid_lease_is_dead_and_its_task_done_elsewhere
     async def body(client, pool):
         w = V.make_worker(Stalls, pool, tmp_path, "stalls")
         async with V.working(w):
-            while client.pool.pick().url != PREFIX + w.node:  # the next pick is the volunteer
+            while client.pool.pick().name != PREFIX + w.node:  # the next pick is the volunteer
                 pass
             client.pool._turn -= 1
             c = await client.generate(PROMPT, SamplingParams(max_tokens=20, seed=5))

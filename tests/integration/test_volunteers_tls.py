@@ -19,20 +19,21 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from composer_prime.config.volunteers import VolunteersConfig, WorkerConfig
 from composer_prime.contract.volunteer import hello
 from composer_prime.orchestrator.pool import NodePool
-from composer_prime.orchestrator.volunteers import VolunteerPool
+from composer_prime.contract.weights import Directory
+from composer_prime.volunteer.pool import VolunteerPool
 from composer_prime.utils.net import free_port
 from composer_prime.volunteer.invites import Invites, store_path
 from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token, split_token
 from composer_prime.volunteer.worker import Ejected, Worker
 from tests.support.bad_input import run_bad_input
 
-WEIGHTS = {"type": "filesystem", "root": "/run/weights"}
+WEIGHTS = Directory("/run/weights")
 
 
 async def pool_over_tls(run_dir):
     port = free_port()
     cfg = VolunteersConfig(enabled=True, port=port, tls=True)
-    pool = VolunteerPool(cfg, NodePool(["http://trusted"]), None, WEIGHTS, "tiny", Invites(store_path(run_dir)),
+    pool = VolunteerPool(cfg, NodePool([]), None, WEIGHTS, "tiny", Invites(store_path(run_dir)),
                          ensure_cert(cert_dir(run_dir)))
     await pool.start()
     return pool, f"https://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from composer_prime.contract.weights import Shardcast
 from composer_prime.transports.weights.shardcast.client import Downloader
 from composer_prime.transports.weights.shardcast.manifest import load_or_create_key, public_hex
 from composer_prime.transports.weights.shardcast.origin import Origin
@@ -51,7 +52,7 @@ def origin(tmp_path):
 
 
 def downloader(tmp_path: Path, servers: list[str], key: str, name: str = "client", **kw) -> Downloader:
-    return Downloader(servers, key, tmp_path / name / "work", **kw)
+    return Downloader(Shardcast(tuple(servers), key), tmp_path / name / "work", **kw)
 
 
 def fetch(dl: Downloader, step: int, dest: Path, **kw) -> Path:

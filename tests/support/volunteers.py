@@ -1,5 +1,5 @@
 """A run's volunteer side in one event loop, for the tests and benchmarks/volunteers.py: the real
-pool (orchestrator/volunteers.py) and validator wired into a real InferenceClient by `attach`,
+pool (volunteer/pool.py) and validator, its nodes joining a real InferenceClient's pool,
 against a real trusted inference server; real workers (volunteer/worker.py) in the same loop,
 each with its own embedded engine; and the scripted dishonest workers of the red-team suite,
 each a `Worker` with one step overridden."""
@@ -20,8 +20,7 @@ from composer_prime.config.models import OrchestratorConfig
 from composer_prime.config.volunteers import WorkerConfig
 from composer_prime.contract.volunteer import Submission, node_id  # noqa: F401 - tests take node_id from here
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.orchestrator.filters.volunteers import attach
-from composer_prime.orchestrator.volunteers import PREFIX
+from composer_prime.volunteer.pool import VolunteerPool
 from composer_prime.utils.net import free_port
 from composer_prime.volunteer.worker import Worker
 
@@ -35,7 +34,7 @@ async def pool_run(trusted_url: str, model: str, run_dir: Path, **volunteers):
                              volunteers={"enabled": True, "port": free_port(), "open": True, "join_token": TOKEN, "heartbeat_s": 0.5,
                                          "lease_s": 20.0, **volunteers})
     client = InferenceClient(cfg.inference_urls, model)
-    pool = attach(cfg, client)
+    pool = VolunteerPool.build(cfg, client.pool, client.audit, lambda: client.served)
     await client.versions()
     await pool.start()
     try:
@@ -77,9 +76,8 @@ async def lease_once(client: InferenceClient, pool, worker: Worker, prompt: list
     from composer_prime.config.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, seed=seed, stop_token_ids=stop)
-    lease, sub = await pool.lease(PREFIX + worker.node, prompt, params, client.served)
-    _, validator = client.volunteers
-    verdict = await validator.check(lease, sub)
+    lease, sub = await pool.lease(worker.node, prompt, params, client.served)
+    verdict = await pool.validator.check(lease, sub)
     pool.verdict(sub.node_id, verdict)
     return lease, sub, verdict
 

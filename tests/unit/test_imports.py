@@ -24,7 +24,8 @@ ORDER: list[tuple[str, ...]] = [
     ("traces",),  # agent traces: ingest, replay, pairs, datasets (reads tool calls as the environments write them)
     ("verify",),  # checking an untrusted node's work: TOPLOC proofs, sampling replay (the inference server audits)
     ("inference", "trainer", "orchestrator"),  # the three processes: they meet only through the contract
-    ("hub", "volunteer"),  # `composer-prime env ...` tooling; a volunteer's worker (runs an engine, never a process of ours)
+    ("hub", "volunteer"),  # `composer-prime env ...` tooling; the volunteers: the run's pool, validator and nodes
+    # (a node source of the orchestrator's, by entry point) and a volunteer's worker
     ("entrypoints",),
 ]
 
@@ -35,6 +36,23 @@ def test_composer_prime_has_no_import_circle():
 
 def test_composer_prime_imports_only_down_the_order():
     assert sorted(against_order(imports(ROOT / "composer_prime"), ORDER)) == []
+
+
+def test_the_volunteer_side_meets_the_client_only_through_the_node_interface_and_the_contract():
+    """No import from orchestrator/client.py into the volunteer side (its nodes join the client's pool as
+    `Node`s, its validator gets the audit as a callable), none back; the audit and join answer types come
+    from the contract on both sides (the server and client, the pool and the worker)."""
+    edges = imports(ROOT / "composer_prime")
+    volunteer = {b for a, b in edges if a.startswith("composer_prime.volunteer")}
+    assert "composer_prime.orchestrator.client" not in volunteer
+    assert not {b for a, b in edges if a == "composer_prime.orchestrator.client" and ".volunteer" in b}
+    assert volunteer & {"composer_prime.orchestrator.pool", "composer_prime.contract.audit", "composer_prime.contract.volunteer",
+                        "composer_prime.contract.weights"} == {"composer_prime.orchestrator.pool", "composer_prime.contract.audit",
+                                                               "composer_prime.contract.volunteer", "composer_prime.contract.weights"}
+    for user in ("composer_prime.inference.server", "composer_prime.orchestrator.client"):
+        assert (user, "composer_prime.contract.audit") in edges
+    for user in ("composer_prime.volunteer.door", "composer_prime.volunteer.worker"):
+        assert (user, "composer_prime.contract.volunteer") in edges
 
 
 def test_every_package_has_its_place_in_the_order():

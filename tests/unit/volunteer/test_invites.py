@@ -1,4 +1,4 @@
-"""Invites (volunteer/invites.py) and the pool's admission (orchestrator/volunteers.py) through its
+"""Invites (volunteer/invites.py) and the pool's admission (volunteer/door.py) through its
 real routes (FastAPI's test client, no socket): a token per volunteer, stored hashed; an ejected
 node's invite revoked, so a fresh key with the same token is refused and the invite's other keys
 are ejected with it; a revocation seen by nodes already in the pool; an open run's limits per
@@ -14,14 +14,15 @@ from fastapi.testclient import TestClient
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import hello, node_id
 from composer_prime.orchestrator.pool import NodePool
-from composer_prime.orchestrator.volunteers import VolunteerPool
+from composer_prime.contract.weights import Directory
+from composer_prime.volunteer.pool import VolunteerPool
 from composer_prime.volunteer.invites import InviteError, Invites, token_hash
 
 
 def pool(tmp_path: Path, token: str | None = None, **cfg) -> tuple[VolunteerPool, TestClient]:
     v = VolunteersConfig(enabled=True, open=token is not None, join_token=token, **cfg)
-    p = VolunteerPool(v, NodePool(["http://trusted"]), token, {}, "tiny", Invites(tmp_path / "invites.json"))
-    return p, TestClient(p.app())
+    p = VolunteerPool(v, NodePool([]), token, Directory("/run/weights"), "tiny", Invites(tmp_path / "invites.json"))
+    return p, TestClient(p.door.app())
 
 
 def join(http: TestClient, token: str, key=None):

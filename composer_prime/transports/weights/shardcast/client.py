@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 from blake3 import blake3
 
+from composer_prime.contract.weights import Shardcast
 from composer_prime.transports.weights.shardcast import payload
 from composer_prime.transports.weights.shardcast.manifest import Manifest, Shard, VerificationError, verify
 from composer_prime.transports.weights.shardcast.store import (
@@ -50,12 +51,13 @@ TRANSFER_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, TransferE
 
 
 class Downloader:
-    def __init__(self, servers: list[str], public_key: str, work_dir: Path, expect_model_hash: str | None = None,
+    def __init__(self, source: Shardcast, work_dir: Path, expect_model_hash: str | None = None,
                  concurrency: int = 8, rounds: int = 5, timeout_s: float = 60.0) -> None:
-        if not servers:
+        """`source`: the servers to read from and the key every step is signed with (contract/weights.py)."""
+        if not source.servers:
             raise ValueError("no SHARDCAST servers configured")
-        self.servers = [s.rstrip("/") for s in servers]
-        self.public_key, self.work_dir, self.expect_model_hash = public_key, Path(work_dir), expect_model_hash
+        self.servers = [s.rstrip("/") for s in source.servers]
+        self.public_key, self.work_dir, self.expect_model_hash = source.public_key, Path(work_dir), expect_model_hash
         self.concurrency, self.rounds = concurrency, rounds
         self.timeout = aiohttp.ClientTimeout(sock_connect=5.0, sock_read=timeout_s)
         self._http: aiohttp.ClientSession | None = None  # made in the event loop that uses it

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from composer_prime.contract.weights import Shardcast
 from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
 from composer_prime.transports.weights.shardcast.manifest import VerificationError
 from composer_prime.transports.weights.shardcast.origin import model_hash
@@ -16,7 +17,7 @@ from composer_prime.utils import steps
 log = logging.getLogger(__name__)
 
 
-async def follow(servers: list[str], public_key: str, base_model_dir: str, work_dir: Path,
+async def follow(source: Shardcast, base_model_dir: str, work_dir: Path,
                  current: Callable[[], int], load: Callable[[str, int], Awaitable[None]],
                  wait_s: float = 30.0, keep: int = 1) -> None:
     """Forever: long-poll for a step newer than `current()`, download and verify it, `load` it.
@@ -25,10 +26,10 @@ async def follow(servers: list[str], public_key: str, base_model_dir: str, work_
     fails verification or loading is logged, counted and never served; the next one is tried.
     `work_dir/stats.json` holds the counts after every attempt: the last step loaded, the steps
     refused, and the downloader's own counters (bytes, shards, retries)."""
-    if not public_key:
+    if not source.public_key:
         raise ValueError("weight_broadcast.public_key is required for shardcast (the trainer's ed25519 key, hex)")
     config = Path(base_model_dir) / "config.json"  # absent when the model is a hub id resolved by transformers
-    dl = Downloader(servers, public_key, work_dir / "incoming",
+    dl = Downloader(source, work_dir / "incoming",
                     expect_model_hash=model_hash(config.parent) if config.exists() else None)
     steps_dir = work_dir / "weights"
     refused = 0

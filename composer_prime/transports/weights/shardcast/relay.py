@@ -11,6 +11,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from composer_prime.contract.weights import Shardcast
 from composer_prime.transports.weights.shardcast.client import Downloader, DownloadError
 from composer_prime.transports.weights.shardcast.manifest import Shard
 from composer_prime.transports.weights.shardcast.store import MANIFEST, SIGNATURE, Store, version_name
@@ -19,10 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class Relay:
-    def __init__(self, upstreams: list[str], root: Path, public_key: str, keep_last: int = 3,
-                 poll_wait_s: float = 30.0) -> None:
+    def __init__(self, upstream: Shardcast, root: Path, keep_last: int = 3, poll_wait_s: float = 30.0) -> None:
         self.store = Store(root)
-        self.downloader = Downloader(upstreams, public_key, root / ".incoming")
+        self.downloader = Downloader(upstream, root / ".incoming")
         self.keep_last, self.poll_wait_s = max(1, keep_last), poll_wait_s
 
     def have(self) -> set[int]:

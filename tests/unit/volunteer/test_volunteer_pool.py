@@ -1,4 +1,4 @@
-"""The volunteer pool's bookkeeping (orchestrator/volunteers.py) without its HTTP server: a lease
+"""The volunteer pool's bookkeeping (volunteer/pool.py) without its HTTP server: a lease
 answered, a node that dies mid-lease (silent past `dead_after` beats, and not before: its lease fails
 at once, it leaves the NodePool), ejection at `eject_after` rejections (its key refused from then on),
 the rate limit's bucket."""
@@ -13,25 +13,28 @@ from fastapi import HTTPException
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import Submission
-from composer_prime.orchestrator import volunteers
 from composer_prime.orchestrator.pool import NodePool
-from composer_prime.orchestrator.volunteers import PREFIX, LeaseLost, Member, VolunteerPool
+from composer_prime.contract.weights import Directory
+from composer_prime.volunteer import pool as volunteers
+from composer_prime.volunteer.members import PREFIX, LeaseLost, Member
+from composer_prime.volunteer.node import VolunteerNode
+from composer_prime.volunteer.pool import VolunteerPool
 from composer_prime.volunteer.invites import Invites
 
 
 def pool(invites: Path | None = None, **cfg) -> VolunteerPool:
-    p = VolunteerPool(VolunteersConfig(enabled=True, **{"open": True, **cfg}), NodePool(["http://trusted"]), "t", {},
+    p = VolunteerPool(VolunteersConfig(enabled=True, **{"open": True, **cfg}), NodePool([]), "t", Directory("/run/weights"),
                       "tiny", Invites(invites or Path("/nonexistent/invites.json")))
     for node in ("aa", "bb"):
         p.members[node] = Member(node, time.time(), tokens=p.cfg.burst, refilled=time.time())
-        p.nodes.join(PREFIX + node)
+        p.nodes.join(VolunteerNode(node, p))
     return p
 
 
 def test_a_lease_is_answered_by_its_submission():
     async def go():
         p = pool()
-        task = asyncio.create_task(p.lease(PREFIX + "aa", [1, 2], SamplingParams(seed=3), 4))
+        task = asyncio.create_task(p.lease("aa", [1, 2], SamplingParams(seed=3), 4))
         lease = await p.members["aa"].queue.get()
         assert (lease.prompt_ids, lease.sampling["seed"], lease.weight_version) == ([1, 2], 3, 4)
         sub = Submission("aa", lease.lease_id, 4, lease.prompt_sha256, [5], [-0.1], 3)
@@ -42,7 +45,7 @@ def test_a_lease_is_answered_by_its_submission():
 
 
 class Clock:
-    """The pool's clock (`time` in orchestrator/volunteers.py), moved by hand: silences are exact."""
+    """The pool's clock (`time` in volunteer/pool.py), moved by hand: silences are exact."""
 
     def __init__(self) -> None:
         self.now = 1e9
@@ -61,7 +64,7 @@ def test_a_node_silent_past_3_beats_is_dead_its_leases_fail_at_once_and_it_leave
         p = pool(lease_s=60)
         p.cfg = p.cfg.model_copy(update={"heartbeat_s": 0.01})  # a sweep every 10 ms of real time
         beat = p.cfg.heartbeat_s
-        task = asyncio.create_task(p.lease(PREFIX + "aa", [1], SamplingParams(seed=0), 0))
+        task = asyncio.create_task(p.lease("aa", [1], SamplingParams(seed=0), 0))
         await asyncio.sleep(0)
         for m in p.members.values():
             m.last_beat = clock.now - 2.5 * beat
@@ -77,7 +80,7 @@ def test_a_node_silent_past_3_beats_is_dead_its_leases_fail_at_once_and_it_leave
     assert isinstance(failed, LeaseLost) and "is dead" in str(failed)
     assert p.members["aa"].status == "dead" and p.members["aa"].counts["reassigned"] == 1
     assert p.members["bb"].status == "healthy"  # 2.5 beats: still alive
-    assert sorted(p.nodes.nodes) == ["http://trusted", PREFIX + "bb"] and p.nodes.left[PREFIX + "aa"] == "dead"
+    assert sorted(p.nodes.nodes) == [PREFIX + "bb"] and p.nodes.left[PREFIX + "aa"] == "dead"
 
 
 def test_eject_after_k_rejections_and_never_before():
@@ -95,9 +98,9 @@ def test_the_rate_limit_is_a_token_bucket():
     p = pool(rate=1e-9, burst=3)
     m = p.members["aa"]
     for _ in range(3):
-        p._limit(m)
+        p.door.limit(m)
     with pytest.raises(HTTPException) as e:
-        p._limit(m)
+        p.door.limit(m)
     assert e.value.status_code == 429 and m.counts["limited"] == 1
 
 
@@ -118,9 +121,9 @@ def test_a_hoarded_lease_is_charged_at_its_deadline_and_a_hoarded_group_ejects()
     async def go():
         p = pool(lease_s=0.05)
         with pytest.raises(LeaseLost, match="deadline"):
-            await p.lease(PREFIX + "aa", [1], SamplingParams(seed=0), 0)
+            await p.lease("aa", [1], SamplingParams(seed=0), 0)
         one = (p.members["aa"].counts["missed"], p.members["aa"].strikes)
-        got = await asyncio.gather(*(p.lease(PREFIX + "bb", [1], SamplingParams(seed=i), 0) for i in range(8)),
+        got = await asyncio.gather(*(p.lease("bb", [1], SamplingParams(seed=i), 0) for i in range(8)),
                                    return_exceptions=True)
         return p, one, got
     p, one, got = asyncio.run(go())
@@ -132,7 +135,7 @@ def test_a_hoarded_lease_is_charged_at_its_deadline_and_a_hoarded_group_ejects()
 def test_a_node_that_falls_silent_holding_leases_is_charged_for_them():
     async def go():
         p = pool(lease_s=60)
-        tasks = [asyncio.create_task(p.lease(PREFIX + "aa", [1], SamplingParams(seed=i), 0)) for i in range(3)]
+        tasks = [asyncio.create_task(p.lease("aa", [1], SamplingParams(seed=i), 0)) for i in range(3)]
         await asyncio.sleep(0)
         p._gone(p.members["aa"], "dead")
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -144,16 +147,16 @@ def test_a_node_that_falls_silent_holding_leases_is_charged_for_them():
 def test_a_new_node_is_on_probation_one_request_at_a_time_until_it_has_a_record():
     async def go():
         p = pool(probation_accepted=2)
-        async with p.request(PREFIX + "aa"):
+        async with p.request("aa"):
             with pytest.raises(LeaseLost, match="probation"):
-                async with p.request(PREFIX + "aa"):
+                async with p.request("aa"):
                     pass
-            async with p.request(PREFIX + "bb"):  # another node's requests are its own
+            async with p.request("bb"):  # another node's requests are its own
                 pass
         before = p.metrics()["volunteers/probation"]
         p.verdict("aa", "")
         p.verdict("aa", "")
-        async with p.request(PREFIX + "aa"), p.request(PREFIX + "aa"):  # two accepted: off probation
+        async with p.request("aa"), p.request("aa"):  # two accepted: off probation
             return before, p.metrics()["volunteers/probation"]
     assert asyncio.run(go()) == (2, 1)
 
@@ -166,7 +169,7 @@ def test_a_node_that_dies_and_joins_again_keeps_its_record():
     from composer_prime.contract.volunteer import hello, node_id
 
     p, key = pool(), Ed25519PrivateKey.generate()
-    http = TestClient(p.app())
+    http = TestClient(p.door.app())
     assert http.post("/pool/join", json=hello(key, "join", token="t")).status_code == 200
     node = node_id(key)
     p.verdict(node, "toploc")

@@ -1,4 +1,4 @@
-"""The validator's branch on a submission's sampler (orchestrator/filters/volunteers.py), with the
+"""The validator's branch on a submission's sampler (volunteer/validator.py), with the
 trusted server's audit answered in memory: a sampler the run does not accept is refused before any
 prefill; seeded draws are judged by the replay's distance alone, any other sampler's by the
 statistics alone (verify/sampling.py), each at the thresholds of the audit's dtype."""
@@ -10,11 +10,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from composer_prime.config.volunteers import VolunteersConfig
 from composer_prime.contract.volunteer import CHUNK, Lease, Submission, node_id
-from composer_prime.orchestrator.filters.volunteers import Validator
+from composer_prime.contract.audit import AuditAnswer
+from composer_prime.volunteer.validator import Validator
 
 KEY = Ed25519PrivateKey.generate()
 LEASE = Lease("l1", "env", [1, 2, 3], {"seed": 9, "max_tokens": 8}, 4, 0.0)
-CLEAN = {"dtype": "float32", "chunks": [{"exp_mismatches": 0, "mant_err_mean": 0.0, "mant_err_median": 0.0}],
+CLEAN = {"weight_version": 4, "replay_mismatches": 0, "tokens": 8, "dtype": "float32", "chunks": [{"exp_mismatches": 0, "mant_err_mean": 0.0, "mant_err_median": 0.0}],
          "logprob_max_err": 0.0, "max_draw_distance": 0.0, "min_pvalue": 1.0, "surprisal_z": 0.0}
 PROOF = "AQID"  # three bytes, not null
 
@@ -24,7 +25,7 @@ def verdict(sampler: str, measured: dict, **cfg) -> tuple[str, int]:
 
     async def audit(body):
         audits.append(body)
-        return {**CLEAN, **measured}
+        return AuditAnswer(**{**CLEAN, **measured})
     v = Validator(VolunteersConfig(**cfg), lambda node: True, audit)
     sub = Submission(node_id(KEY), "l1", 4, LEASE.prompt_sha256, [5] * 8, [-0.5] * 8, 9, [PROOF] * (8 // CHUNK + 1),
                      sampler).signed(KEY)
