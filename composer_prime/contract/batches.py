@@ -10,7 +10,7 @@ package's `distill` and `dpo`), so a new channel never changes this schema.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 import msgpack
@@ -63,8 +63,33 @@ class Batch:
         return counts
 
 
+def _plain(x: Any) -> Any:
+    """What `dataclasses.asdict` makes of a value inside a sample: dataclasses as dicts, containers rebuilt."""
+    if is_dataclass(x) and not isinstance(x, type):
+        return asdict(x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    return x
+
+
+def _sample_dict(s: Sample) -> dict[str, Any]:
+    # The same dict as asdict(s), without its deep copy of every per-token list: msgpack only reads
+    # them, and the copy was nearly all of encode's time (21 of 22 ms for 128 samples of 60 tokens, 2-core CPU).
+    return {"input_ids": s.input_ids, "sampling_logprobs": s.sampling_logprobs, "advantages": s.advantages,
+            "channel_weights": s.channel_weights, "temperature": s.temperature, "policy_version": s.policy_version,
+            "channel_data": _plain(s.channel_data) if s.channel_data else {}}
+
+
+# a field added to Sample must be added to _sample_dict too (in field order: the bytes follow it)
+assert [f.name for f in fields(Sample)] == list(_sample_dict(Sample([], [], [], {}))), "Sample changed: update _sample_dict"
+
+
 def encode(batch: Batch) -> bytes:
-    return msgpack.packb({"schema": SCHEMA_VERSION, "type": "batch", **asdict(batch)}, use_bin_type=True)
+    """The batch as msgpack: byte for byte what packing `asdict(batch)` gives (tests/unit/contract pin it)."""
+    return msgpack.packb({"schema": SCHEMA_VERSION, "type": "batch", "step": batch.step,
+                          "samples": [_sample_dict(s) for s in batch.samples]}, use_bin_type=True)
 
 
 def decode(payload: bytes) -> Batch:

@@ -25,7 +25,7 @@ from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, o
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.orchestrator.client import InferenceClient
-from composer_prime.utils.chat import continuation_ids, encode_chat
+from composer_prime.utils.chat import continuation_ids, prompt_ids
 
 
 @dataclass
@@ -121,7 +121,7 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         return r
     try:
         r.opening = list(opened.opening)
-        r.prompt_ids = encode_chat(tok, opened.opening, tools=opened.tools if opened.render_tools else None)
+        r.prompt_ids = prompt_ids(tok, opened.opening, tools=opened.tools if opened.render_tools else None)
     except BaseException:
         if opened.session is not None:
             await opened.session.close()
