@@ -1,6 +1,7 @@
 """A/B: GRPO alone against GRPO + hint self-distillation, on tool-calc, same everything else.
 
     uv run python benchmarks/distill_ab.py [--seeds 0,1,2] [--steps 20] [--arms grpo+distill,...]
+                                           [--device cpu|cuda] [--parallel N] [--model tiny]
                                            [--results DIR] [--work DIR]
 
 Both arms start from one warm-started tiny model (tool-calc demonstrations with deliberate
@@ -22,26 +23,29 @@ reused only when its recorded command is the same.
 Records per arm and seed the held-out tool-error rate (failed calls / calls) and reward at every
 evaluation. Target: the distill arm's held-out tool-error rate at the end of the budget is at
 most half of GRPO's. Writes <results>/distill_ab.json and distill_ab.png (default
-benchmarks/results); the warm start and the runs live under <work> (default outputs/distill-ab).
+benchmarks/results; with machine, date, commit and each run's wall time, start and end); the warm
+start and the runs live under <work> (default outputs/distill-ab, or distill-ab-<model>).
 `--sft-steps`, `--demos` and `--rl-flags` (added to every arm) exist to run it small.
+
+`--parallel N` runs N of the arm x seed runs at once, each with its own ports, directory and log
+(support/runs.py); `--device cuda` puts them all on one GPU (support/cli.py: bfloat16 as
+configs/smollm2-135m-gpu.toml, vLLM's memory shared out). `--model` is the warm start's base (e.g.
+smollm2-135m; `--sft-lr` its SFT learning rate; the rl one is the config's, or `--rl-flags`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from composer_prime.utils.logs import setup  # noqa: E402
-from composer_prime.utils.net import free_port  # noqa: E402
-from composer_prime.utils.progress import Progress  # noqa: E402
-ENVS = ('[{id = "tool-calc", max_turns = 3, args = {max_operand = 99}, '
-        'eval_args = {split = "eval", num_tasks = 200, max_operand = 99}}]')
+# (openenv.py takes ROOT and warm_start from here; this script's folder is on sys.path)
+from support.ab import ROOT, add_ab_args, arms_x_seeds, check_ab_args, fields, plot, warm_start  # noqa: E402
+from support.cli import Parser, device_env  # noqa: E402
+
 DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
 # The baseline and the distill arms; each distill arm differs from "grpo" only in its own flags.
 ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0}"],
@@ -54,48 +58,9 @@ ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weig
 BASELINE = "grpo"
 
 
-def run(cmd: list[str], log: Path) -> None:
-    with log.open("w") as f:
-        if subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode != 0:
-            sys.exit(f"failed: {' '.join(cmd)} (log: {log})")
-
-
-def warm_start(out: Path, n_demos: int, sft_steps: int, name: str = "agent", base: str = "tiny",
-               error_rate: float = 0.5) -> Path:
-    """The shared starting point, built once and reused (delete it to rebuild). `base`, `name` and
-    `error_rate` let replay_ab.py continue it on cleaner demonstrations into stronger teachers."""
-    agent = out / name
-    if (agent / "model.safetensors").exists():
-        return agent
-    sys.path.insert(0, str(ROOT / "environments" / "tool-calc"))
-    from tool_calc.demos import demonstrations
-
-    out.mkdir(parents=True, exist_ok=True)
-    demos = out / f"{name}-demos.jsonl"
-    rows = demonstrations(n_demos, error_rate=error_rate, seed=0, max_operand=99)
-    demos.write_text("".join(json.dumps(d) + "\n" for d in rows))
-    print(f"{name}: {sft_steps} SFT steps from {base} on {n_demos} tool-calc demonstrations", flush=True)
-    run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", base, "--data", str(demos),
-         "--output_dir", str(agent), "--max_steps", str(sft_steps), "--batch_size", "16", "--lr", "1e-3", "--warmup_steps", "20"],
-        out / f"{name}-sft.log")
-    return agent
-
-
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
     return [f.replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]] + extra + a.rl_flags.split()
-
-
-def finished(run_dir: Path, args: list[str]) -> bool:
-    """A run is reused when it ended (`rl` writes summary.json last) with these very arguments."""
-    done, recorded = run_dir / "summary.json", run_dir / "ab-command.json"
-    return done.exists() and recorded.exists() and json.loads(recorded.read_text()) == args
-
-
-def evals(run_dir: Path) -> list[dict]:
-    rows = [json.loads(ln) for ln in (run_dir / "orchestrator" / "metrics.jsonl").read_text().splitlines()]
-    return [{"step": r["step"], "tool_error_rate": r["eval/tool-calc/tool_error_rate"], "reward": r["eval_reward"],
-             "tool_calls": r["eval/tool-calc/tool_calls"]} for r in rows if "eval_reward" in r]
 
 
 def summarise(results: dict) -> dict:
@@ -120,65 +85,21 @@ def summarise(results: dict) -> dict:
     return out
 
 
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, color in zip(results, [f"C{i}" for i in range(10)]):
-        for i, (seed, rows) in enumerate(sorted(results[arm].items())):
-            steps = [r["step"] for r in rows]
-            kw = {"color": color, "alpha": 0.8, "label": arm if i == 0 else None}
-            axes[0].plot(steps, [r["tool_error_rate"] for r in rows], **kw)
-            axes[1].plot(steps, [r["reward"] for r in rows], **kw)
-    axes[0].set(xlabel="step", ylabel="held-out tool-error rate", title="failed calls / calls")
-    axes[1].set(xlabel="step", ylabel="held-out reward", title="tool-calc")
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=20)
+    p = Parser(description=__doc__.splitlines()[0])
+    add_ab_args(p)
     p.add_argument("--arms", default="grpo+distill", help=f"from {', '.join(ARMS)} (grpo is always run)")
     p.add_argument("--sampled-weight", type=float, default=0.1, help="distill weight of the sampled-estimator arm")
     p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
-    p.add_argument("--rl-flags", default="", help="extra rl flags for every arm, e.g. '--orchestrator.eval.num_tasks 8'")
-    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps of the warm start")
-    p.add_argument("--demos", type=int, default=4000, help="demonstrations the warm start learns from")
-    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "distill-ab")
     a = p.parse_args()
-    setup("distill_ab", stderr=True)  # the progress lines; the table goes to stdout
     arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
     if unknown := [x for x in arms if x not in ARMS]:
-        sys.exit(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
-    work = a.work.resolve()
-    agent = warm_start(work, a.demos, a.sft_steps)
-    results: dict = {arm: {} for arm in arms}
-    seeds = [int(s) for s in a.seeds.split(",")]
-    with Progress("distill_ab", len(seeds) * len(arms), "runs") as progress:
-        for seed in seeds:
-            for arm in arms:
-                flags = arm_flags(arm, a)
-                run_dir = work / f"{arm}-s{seed}"
-                t0 = time.time()
-                cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
-                       "--model", str(agent), "--output_dir", str(run_dir), "--seed", str(seed), "--max_steps", str(a.steps),
-                       "--orchestrator.envs", ENVS, *flags]
-                if not finished(run_dir, cmd[3:]):
-                    run(cmd + ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
-                        work / f"{arm}-s{seed}.log")
-                    (run_dir / "ab-command.json").write_text(json.dumps(cmd[3:]))
-                results[arm][seed] = evals(run_dir)
-                last = results[arm][seed][-1]
-                progress.echo(f"{arm:20s} seed {seed}: held-out tool-error rate {results[arm][seed][0]['tool_error_rate']:.3f} "
-                              f"-> {last['tool_error_rate']:.3f}, reward {last['reward']:.3f} ({time.time() - t0:.0f}s)", file=sys.stdout)
-                progress.advance()
+        p.error(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
+    check_ab_args(p, a, "distill_ab")
+    setup("distill_ab", stderr=True)  # the progress lines; the tables go to stdout
+    agent = warm_start(a.work, a.demos, a.sft_steps, base=a.model, lr=a.sft_lr, env=device_env(a.device))
+    settings = {arm: arm_flags(arm, a) for arm in arms}
+    results, records = arms_x_seeds(settings, agent, a, "distill_ab")
     summary = summarise(results)
     print(f"\n| arm | held-out tool-error rate, start -> end (mean of {len(results[BASELINE])} seeds) "
           "| held-out reward at end | collapsed seeds | over GRPO (target <= 0.5) |")
@@ -190,8 +111,7 @@ def main() -> None:
         print(f"| {arm} | {s['start_tool_error_rate']:.3f} -> {s['final_tool_error_rate']:.3f} | {s['final_reward']:.3f} "
               f"| {','.join(map(str, s['collapsed_seeds'])) or '-'} | {ratio} |")
     a.results.mkdir(parents=True, exist_ok=True)
-    settings = {arm: arm_flags(arm, a) for arm in arms}
-    (a.results / "distill_ab.json").write_text(json.dumps({"steps": a.steps, "arms": settings, "runs": results,
+    (a.results / "distill_ab.json").write_text(json.dumps({**fields(a, records), "arms": settings, "runs": results,
                                                            "summary": summary}, indent=1))
     plot(results, a.results / "distill_ab.png")
     print(f"wrote {a.results / 'distill_ab.json'} and distill_ab.png")

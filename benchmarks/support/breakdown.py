@@ -28,9 +28,6 @@ from pathlib import Path
 
 import httpx
 
-from composer_prime.config import RLConfig
-from composer_prime.config.loader import parse_argv, validate
-from composer_prime.env_runtime.tasksets import load_tasks, score
 from composer_prime.utils.net import bind_error, free_port
 from composer_prime.utils.progress import Progress
 from composer_prime.utils.report import metrics_rows, time_breakdown
@@ -81,6 +78,10 @@ def run_rl(a: argparse.Namespace, engine: str, async_level: int, repeat: int) ->
 def scoring_s(config: str, rl_flags: str) -> float:
     """Seconds to score one batch: the config's environments' rewards on batch_size of their tasks,
     each on its own answer (what the orchestrator calls per rollout, in-process)."""
+    from composer_prime.config import RLConfig  # here, not above: the environments' imports take seconds,
+    from composer_prime.config.loader import parse_argv, validate  # which real_model's other results need not pay
+    from composer_prime.env_runtime.tasksets import load_tasks, score
+
     tree, prov, _ = parse_argv(["@", config, *shlex.split(rl_flags)])
     _, orch, _ = validate(RLConfig, tree, prov).split(prov)
     tasks = [t for env in orch.envs for t in load_tasks(env.id, env.args)[: orch.batch_size]][: orch.batch_size]

@@ -1,6 +1,7 @@
 """Run a benchmarked command for a wall-clock budget, watching its process tree's peak memory, in all
 and per process of an `rl` run (each named by the COMPOSER_PRIME_PROCESS its launcher gives it and
-its own children, such as vLLM's engine, inherit)."""
+its own children, such as vLLM's engine, inherit). `Running` is one such command, polled, so that
+several run side by side (support/runs.py); `run_timed` waits for one."""
 
 from __future__ import annotations
 
@@ -71,26 +72,65 @@ class Watch(threading.Thread):
                     pass  # not up yet, or already stopping
 
 
-def run_timed(cmd: list[str], cwd: Path, budget: float, log: Path, probe=None) -> tuple[float, int, dict, dict[str, int]]:
-    """Run `cmd` for at most `budget` seconds (then SIGTERM: SIGINT is ignored by jobs a shell put in the
-    background); returns (start time, peak RSS, last answer of `probe`, peak RSS per process name)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
-        start = time.time()
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                             preexec_fn=die_with_parent(signal.SIGTERM))  # nothing outlives an interrupted benchmark
-        watch = Watch(p.pid, probe)
-        watch.start()
+class Running:
+    """One command started now, in a session of its own (so that a stop reaches everything it started)
+    with its output to `log` and its memory watched; past `budget` seconds of wall time (None: no
+    budget) it is stopped with SIGTERM (SIGINT is ignored by jobs a shell put in the background),
+    and SIGKILLed 90 s later. `poll` says when it is over, without blocking: several run side by side."""
+
+    def __init__(self, cmd: list[str], cwd: Path, budget: float | None, log: Path, probe=None,
+                 env: dict[str, str] | None = None) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.cmd, self.log, self.budget = cmd, log, budget
+        self.end: float | None = None
+        self.returncode: int | None = None
+        self.stopped_at: float | None = None  # when the budget ran out (or `stop` was called)
+        with log.open("w") as f:
+            self.start = time.time()
+            self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, **env} if env else None,
+                                         preexec_fn=die_with_parent(signal.SIGTERM))  # nothing outlives an interrupted benchmark
+        self.watch = Watch(self.proc.pid, probe)
+        self.watch.start()
+
+    @property
+    def budget_ran_out(self) -> bool:
+        return self.stopped_at is not None
+
+    def stop(self) -> None:
+        if self.stopped_at is None and self.proc.poll() is None:
+            self.stopped_at = time.time()
+            self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
         try:
-            if p.wait(timeout=budget) != 0:  # ended before the budget: it must have finished its steps
-                raise SystemExit(f"{' '.join(cmd[:5])} failed with exit code {p.returncode} (log: {log})")
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        watch.done.set()
-        watch.join()
-    return start, watch.peak, watch.last, watch.peaks
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:  # the whole group ended in between
+            pass
+
+    def poll(self) -> bool:
+        """True once the process has exited (then `end` and `returncode` are set)."""
+        if self.end is not None:
+            return True
+        now = time.time()
+        if self.proc.poll() is None:
+            if self.budget is not None and now - self.start >= self.budget:
+                self.stop()
+            elif self.stopped_at is not None and now - self.stopped_at > 90:
+                self._signal(signal.SIGKILL)
+            return False
+        self.end, self.returncode = now, self.proc.returncode
+        self.watch.done.set()
+        self.watch.join()
+        return True
+
+
+def run_timed(cmd: list[str], cwd: Path, budget: float, log: Path, probe=None) -> tuple[float, int, dict, dict[str, int]]:
+    """Run `cmd` for at most `budget` seconds (a Running); returns (start time, peak RSS, last answer
+    of `probe`, peak RSS per process name). Ending before the budget, it must have succeeded."""
+    run = Running(cmd, cwd, budget, log, probe)
+    while not run.poll():
+        time.sleep(0.2)
+    if not run.budget_ran_out and run.returncode != 0:  # ended before the budget: it must have finished its steps
+        raise SystemExit(f"{' '.join(cmd[:5])} failed with exit code {run.returncode} (log: {log})")
+    return run.start, run.watch.peak, run.watch.last, run.watch.peaks

@@ -30,13 +30,14 @@ SMALLEST = {
     "quickstart": lambda: ["--engines", "hf", "--repeats", "1", "--max_steps", "1", "--orchestrator.batch_size", "16",
                            "--orchestrator.eval.num_tasks", "2", *ports()],
     "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
-    "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--rl-flags",
+    # its two arms at once (--parallel 2)
+    "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--parallel", "2", "--rl-flags",
                            "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
     # every stage once: 4 SFT runs, 8 recorded steps replayed twice, a dataset, 1 step per arm. The
     # student learns 16 demonstrations for 60 steps so that its greedy teachers (1-3 steps further)
-    # agree with each other, and its sampled steps give pairs.
+    # agree with each other, and its sampled steps give pairs. The two arms at once (--parallel 2).
     "replay_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "60", "--demos", "16", "--teacher-steps", "1,2,3",
-                          "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--rl-flags",
+                          "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--parallel", "2", "--rl-flags",
                           "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
     "feature_deletion": lambda: ["--sources", str(sources_file(FIXTURE)), "--max-tasks", "1", "--jobs", "1", "--skip-redteam"],
     # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
@@ -49,9 +50,10 @@ SMALLEST = {
     # "real_model:breakdown": the session's smollm2_breakdown (tests/support/shared_runs.py), which test_rl_smollm2.py reads too
     # one rl run with two islands syncing the whole model after its one step (H = 1: the baseline)
     "diloco": lambda: ["--parts", "bytes", "--sync-every", "1", "--fragments", "1"],
-    # the learning result's machinery on the quickstart (not SmolLM2: its start-up alone takes 1.5 minutes), 40 s
+    # the learning result's machinery on the quickstart (not SmolLM2: its start-up alone takes 1.5 minutes), 40 s,
+    # two seeds at once (--parallel 2)
     "real_model:learning": lambda: ["--device", "cpu", "--result", "learning", "--config", str(ROOT / "configs/quickstart.toml"),
-                                     "--seeds", "0", "--minutes", "0.67", "--rl-flags",
+                                     "--seeds", "0,1", "--parallel", "2", "--minutes", "0.67", "--rl-flags",
                                      "--orchestrator.eval.interval 2 --orchestrator.eval.num_tasks 16 "
                                      "--orchestrator.batch_size 32"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
@@ -111,12 +113,24 @@ def test_broadcast(tmp_path):
     assert all(0 < d["delta_bytes"] < d["full_bytes"] for d in out["delta"])
 
 
+def ran_at_once(runs: list[dict]) -> None:
+    """Runs of one --parallel invocation: each has its wall time (launch to exit), and they overlapped:
+    every one started before any ended."""
+    assert len(runs) >= 2 and all(r["wall_s"] == round(r["end"] - r["start"], 1) > 0 for r in runs), runs
+    assert max(r["start"] for r in runs) < min(r["end"] for r in runs), runs
+
+
 def test_distill_ab(tmp_path):
     out = run("distill_ab", tmp_path)
     assert set(out["runs"]) == {"grpo", "grpo+distill"}
     for arm in out["runs"].values():
         assert [e["step"] for e in arm["0"]] == [0, 1]  # held-out at the start and after the one step
     assert set(out["summary"]["grpo+distill"]) >= {"final_tool_error_rate", "ratio_over_grpo", "target_met"}
+    records = out["run_records"]
+    assert [(r["name"], r["status"]) for r in records] == [("grpo-s0", "ok"), ("grpo+distill-s0", "ok")]
+    ran_at_once(records)
+    assert (out["device"], out["parallel"], out["model"]) == ("cpu", 2, "tiny") and out["machine"] and out["commit"]
+    assert out["wall"]["run_wall_s"]["runs"] == [r["wall_s"] for r in records]
 
 
 def test_replay_ab(tmp_path):
@@ -135,6 +149,10 @@ def test_replay_ab(tmp_path):
     [first] = out["dpo"]["0"]
     # step 0: the policy is the reference the dataset was scored with, so the dpo loss is exactly ln 2
     assert first["step"] == 0 and first["loss"] == pytest.approx(0.693147, abs=1e-4)
+    records = out["run_records"]
+    assert [(r["name"], r["status"]) for r in records] == [("grpo-s0", "ok"), ("grpo+replay-dpo-s0", "ok")]
+    ran_at_once(records)
+    assert out["record_run"]["status"] == "ok" and out["record_run"]["end"] <= min(r["start"] for r in records)
 
 
 def test_feature_deletion(tmp_path):
@@ -208,15 +226,55 @@ def test_real_model_breakdown(smollm2_breakdown: Breakdown):
 
 def test_real_model_learning(tmp_path):
     out = run("real_model:learning", tmp_path)["learning"]["cpu"]
-    assert (out["config"], out["minutes"], out["cores"]) == ("configs/quickstart.toml", 0.67, os.cpu_count())
-    [seed] = out["seeds"]
-    assert seed["seed"] == 0 and "--seed 0" in seed["command"] and "--max_steps 100000" in seed["command"]
-    evals = seed["evals"]
-    assert evals[0]["step"] == 0 and evals[0]["version"] == 0 and all(e["minute"] <= 0.67 for e in evals)
-    assert [e["step"] for e in evals] == sorted(e["step"] for e in evals) and seed["steps"] >= evals[-1]["step"]
-    assert seed["rise"] == round(evals[-1]["reward"] - evals[0]["reward"], 4)
-    assert out["rises_on_every_seed"] == (seed["rise"] > 0) and min(seed["peak_rss_mb"].values()) > 0
+    assert (out["config"], out["minutes"], out["cores"], out["parallel"]) == ("configs/quickstart.toml", 0.67, os.cpu_count(), 2)
+    assert [s["seed"] for s in out["seeds"]] == [0, 1]
+    for seed in out["seeds"]:
+        assert f"--seed {seed['seed']}" in seed["command"] and "--max_steps 100000" in seed["command"]
+        evals = seed["evals"]
+        assert evals[0]["step"] == 0 and evals[0]["version"] == 0 and all(e["minute"] <= 0.67 for e in evals)
+        assert [e["step"] for e in evals] == sorted(e["step"] for e in evals) and seed["steps"] >= evals[-1]["step"]
+        assert seed["rise"] == round(evals[-1]["reward"] - evals[0]["reward"], 4) and min(seed["peak_rss_mb"].values()) > 0
+        assert seed["wall_s"] >= 40  # stopped at its budget of 0.67 minutes, not before
+    assert out["rises_on_every_seed"] == all(s["rise"] > 0 for s in out["seeds"])
+    ran_at_once(out["seeds"])
     assert (tmp_path / "not-yet" / "results" / "real_model_learning_cpu.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("case", ["distill_ab", "replay_ab", "real_model_learning"])
+def test_cuda_refused_without_it(case, tmp_path):
+    """--device cuda where torch sees no GPU: one line and exit code 2, before any work."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    name, args = case.replace("_learning", ""), ["--result", "learning"] if case == "real_model_learning" else []
+    r = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args, "--device", "cuda", "--parallel", "2",
+                        "--work", str(tmp_path / "work"), "--results", str(tmp_path / "results")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, len(r.stderr.splitlines())) == (2, "", 1), r.stderr
+    assert "--device cuda" in r.stderr and not (tmp_path / "work").exists()
+
+
+def test_parallel_runs_of_distill_ab_replay_ab_real_model_learning(tmp_path, capsys):
+    """Their runs side by side (benchmarks/support/runs.py): a failed run is named with its log while
+    the others finish, a run on a budget is stopped at it (and that is success), and the end is non-zero."""
+    from benchmarks.support.runs import Job, exit_if_failed, run_all
+
+    py = lambda code: [sys.executable, "-c", code]  # noqa: E731
+    jobs = [Job("fails", py("import sys, time; time.sleep(0.5); print('boom'); sys.exit(3)"), tmp_path / "fails.log"),
+            Job("finishes", py("import time; time.sleep(2); print('finished')"), tmp_path / "finishes.log"),
+            Job("budget", py("import time; time.sleep(60)"), tmp_path / "budget.log", budget=2.0)]
+    records = run_all(jobs, 3, "test")
+    assert [(r["name"], r["status"], r["returncode"]) for r in records] == [("fails", "failed", 3), ("finishes", "ok", 0),
+                                                                             ("budget", "ok", -15)]
+    assert (tmp_path / "fails.log").read_text() == "boom\n" and (tmp_path / "finishes.log").read_text() == "finished\n"
+    assert 2 <= records[1]["wall_s"] and 2 <= records[2]["wall_s"] < 30
+    ran_at_once(records)
+    err = capsys.readouterr().err
+    assert "test: fails FAILED after" in err and f"s (exit code 3); log: {tmp_path / 'fails.log'}" in err
+    with pytest.raises(SystemExit) as stop:
+        exit_if_failed(records)
+    assert stop.value.code == f"1 of 3 runs failed: fails (log: {tmp_path / 'fails.log'})"
 
 
 def test_openenv(tmp_path):
@@ -306,3 +364,28 @@ def test_gpu_check(tmp_path):
     assert steps["gpu_tier"]["results"]["tests"] >= 5 and steps["gpu_tier"]["results"]["skipped"] >= 5  # no CUDA here
     assert steps["smollm2"]["results"]["steps"] == 1  # the step's machinery on the quickstart's config
     assert {"summary", "bound"} <= set(json.loads((results / "real_model.json").read_text())["decode"]["cpu"])
+
+
+# the quickstart's batch (128, groups of 8, 16 tokens) for 5 steps, once, the current code only (a baseline
+# is a second measurement: as much time again); about 15 s, nearly all of it the server's and the orchestrator's start
+SMALLEST["orchestrator_ceiling"] = lambda: ["--steps", "5", "--repeats", "1"]
+SCRATCH.add("orchestrator_ceiling")
+
+
+def test_orchestrator_ceiling(tmp_path):
+    """The instant engine behind the real server, the orchestrator's own steps, each batch acknowledged by the
+    sink; the components, timed one kind at a time over as many rollouts, account for the step's time."""
+    out = run("orchestrator_ceiling", tmp_path)
+    assert {"machine", "date", "commit", "changed_since_commit"} <= set(out) and list(out["summary"]) == ["current"]
+    [r] = out["runs"]
+    assert (r["rollouts"], r["requests_per_step"]) == (5 * 128, 16)  # every group of 8 one request for n = 8
+    assert out["summary"]["current"]["rollouts_per_s"]["median"] == round(r["rollouts_per_s"], 1) > 0
+    us = r["us_per_rollout"]
+    assert all(us[k] > 0 for k in ("prompt", "http", "decode", "scoring", "advantages", "packing", "send"))
+    total = 1e6 / r["rollouts_per_s"]
+    assert sum(us.values()) == pytest.approx(total)  # `other` is what the components leave out of the step
+    # and the components are where most of the time goes. Half, not a tenth: on quiet 2-core runs `other` is 5 to
+    # 10% of the step, but a worker beside this one moves any single figure by more than that; work outside the
+    # components (a full garbage collection over the start-up heap, entry points read every step) made it 61%
+    assert abs(us["other"]) <= 0.5 * total, us
+    assert 0 < r["cpu_us_per_rollout"]["orchestrator"] and 0 <= r["cpu_us_per_rollout"]["server"]
