@@ -10,8 +10,9 @@ The run is the trainer's (trainer/train.py): this process joins a process group 
 same FSDP2 step, optimizer and schedule train on the device the trainer uses, in its compute dtype
 with float32 master weights; only the source of batches differs (`DatasetSource`). AdamW keeps
 what `sft` has always used: weight decay 0.01, betas (0.9, 0.999), no gradient clipping. Metrics
-go to `<output_dir>/sft/metrics.jsonl`; the model directory (safetensors + tokenizer, float32) is
-written to `output_dir` at the end.
+go beside the model, not into it: `<output_dir>.sft/metrics.jsonl` (`metrics_path`); the model
+directory (safetensors + tokenizer, float32) is written to `output_dir` at the end, holding nothing
+but the model, so it can be copied or published as it is.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ from composer_prime.utils.metrics import MetricsLog
 
 log = logging.getLogger(__name__)
 
+
+def metrics_path(output_dir: Path) -> Path:
+    """Where `sft` writes its metrics for the model it saves in `output_dir`: beside it."""
+    return Path(output_dir).parent / f"{Path(output_dir).name}.sft" / "metrics.jsonl"
 
 def read_jsonl(path: Path, tok: PreTrainedTokenizerBase) -> list[Sample]:
     """One `ce` sample per example: weight 1 on the answer's tokens."""
@@ -99,7 +104,8 @@ def train(cfg: SFTConfig) -> None:
     tcfg = trainer_config(cfg, model_dir)
     join(tcfg)
     t = build(tcfg)
-    sink = MetricsLog(cfg.output_dir, "sft") if dist.get_rank() == 0 else None
+    out_dir = Path(cfg.output_dir)
+    sink = MetricsLog(out_dir.parent, f"{out_dir.name}.sft") if dist.get_rank() == 0 else None  # metrics_path()
     start = time.time()
 
     def after(step: int, metrics: dict[str, float]) -> None:

@@ -35,7 +35,9 @@ def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> d
     idle + compute + hand-off of those rows add up to their step time. `inference`: the server's
     /health answer, for its weight loads. Inference works only while the orchestrator waits for
     generation or evaluation, or while it loads weights, so its idle time is at least the rest."""
-    trainer = [r for r in metrics_rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r and r["step"] >= skip]
+    rows = [r for r in metrics_rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r]
+    skip = max(0, min(skip, len(rows) - 2))  # a short run of slow steps (a real model's): skip fewer, still say where time went
+    trainer = [r for r in rows if r["step"] >= skip]
     steps = {r["step"] for r in trainer[1:]}
     orch = [r for r in metrics_rows(run / "orchestrator" / "metrics.jsonl") if "collect_s" in r and r["step"] in steps]
     if not steps or not orch:
@@ -43,7 +45,7 @@ def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> d
     step_s = (trainer[-1]["time"] - trainer[0]["time"]) / len(steps)
     phases = ("pack_s", "forward_s", "backward_s", "optim_s")
     trainer = trainer[1:]
-    out = {"steps": len(steps), "step_s": step_s,
+    out = {"steps": len(steps), "skipped": skip + 1, "step_s": step_s,
            "orchestrator": {"generate_and_score_s": _mean(orch, "collect_s"), "build_batch_s": _mean(orch, "build_s"),
                             "send_s": _mean(orch, "send_s"), "eval_s": _mean(orch, "eval_s"), "idle_s": _mean(orch, "wait_s")},
            "trainer": {"idle_s": _mean(trainer, "wait_s"), **{k: _mean(trainer, k) for k in phases},
@@ -101,7 +103,7 @@ def write_report(run: Path, wall_s: float | None = None) -> dict:
     plt.close(fig)
     fmt = lambda v, f="{:.3f}": "n/a" if v is None else f.format(v)  # noqa: E731
     t = s["time_per_step"]
-    where = (f"- seconds per step ({fmt(t['step_s'], '{:.2f}')} s): trainer idle {t['trainer']['idle_s']:.2f}, "
+    where = (f"- seconds per step ({fmt(t['step_s'], '{:.2f}')} s, the mean of {t['steps']} after the first {t['skipped']}): trainer idle {t['trainer']['idle_s']:.2f}, "
              f"forward {t['trainer']['forward_s']:.2f}, backward {t['trainer']['backward_s']:.2f}, optimizer "
              f"{t['trainer']['optim_s']:.2f}, checkpoint {t['trainer']['checkpoint_s']:.2f}, publish "
              f"{t['trainer']['publish_s']:.2f}; generation {t['orchestrator']['generate_and_score_s']:.2f}, "

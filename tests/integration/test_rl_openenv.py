@@ -2,36 +2,33 @@
 
 openenv-calc (environments/openenv-calc: openenv's own MCPEnvironment and create_app) is started
 by the orchestrator as two local servers and driven over /ws; reverse-text runs in-process. The
-tiny model is warm-started on tool-calc's demonstrations (openenv-calc asks its questions the same
-way) briefly enough that it still gets the call wrong often; 20 GRPO steps raise openenv-calc's
+tiny model is warm-started on tool-calc's demonstrations by the commands configs/openenv-mix.toml
+gives (openenv-calc asks its questions the same way) briefly enough that it still gets the call wrong often; 20 GRPO steps raise openenv-calc's
 held-out reward on all 200 of its eval tasks (from 0.216; measured at 20 steps below, on 2026-11-27;
 a 32-task eval once saw +0.02 at 15 steps, within its noise, which is why every eval task is used).
 """
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support.readme_runs import bare_work_dir, run_commands
 from tests.support.rl_runs import log_tails, rows
 
 STEPS = 20
+CONFIG = (ROOT / "configs" / "openenv-mix.toml").read_text()
+# the warm start the config's comment gives, command by command: demonstrations, sft, then the run itself
+DOCUMENTED = [line.removeprefix("#   ") for line in CONFIG.splitlines() if line.startswith("#   uv run ")]
 
 
 @pytest.fixture(scope="module")
-def calc_agent(tiny_model_dir, tmp_path_factory):
-    from tool_calc.demos import demonstrations
-
-    out = tmp_path_factory.mktemp("openenv-calc")
-    demos = out / "demos.jsonl"
-    demos.write_text("".join(json.dumps(d) + "\n" for d in demonstrations(800, error_rate=0.2, seed=1, max_operand=99)))
-    sft = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", str(tiny_model_dir), "--data",
-                          str(demos), "--output_dir", str(out / "agent"), "--max_steps", "200", "--batch_size", "8",
-                          "--lr", "1e-3", "--warmup_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert sft.returncode == 0, sft.stderr[-2000:]
-    return out / "agent"
+def calc_agent(tmp_path_factory):
+    work = run_commands([(c, list) for c in DOCUMENTED[:2]], bare_work_dir(tmp_path_factory.mktemp("openenv-calc")),
+                        source=CONFIG)
+    assert DOCUMENTED[2] == "uv run --extra openenv rl @ configs/openenv-mix.toml --model outputs/calc-agent"
+    return work / "outputs" / "calc-agent"
 
 
 def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, calc_agent):

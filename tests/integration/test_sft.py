@@ -14,6 +14,7 @@ from composer_prime.model.tokenizer import build_tokenizer
 from composer_prime.trainer.loss import token_logprobs
 from composer_prime.model.warm_start import encode_example, pad_batch
 
+from composer_prime.trainer.sft import metrics_path
 from tests.conftest import ROOT
 
 
@@ -48,7 +49,8 @@ def test_sft_lowers_held_out_loss_from_a_random_start(tmp_path):
                         "--lr", "1e-3", "--warmup_steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     # the trainer's step (trainer/train.py) ran every step: its metrics, its schedule (model/optim.py)
-    rows = [json.loads(ln) for ln in (tmp_path / "out" / "sft" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(ln) for ln in metrics_path(tmp_path / "out").read_text().splitlines()]
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.is_dir()]  # the model folder holds the model only
     assert [r["step"] for r in rows] == list(range(60)) and all(r["trained_tokens"] > 0 and r["grad_norm"] > 0 for r in rows)
     assert [r["lr"] for r in rows] == pytest.approx([1e-3 * min(1.0, (s + 1) / 10) for s in range(60)], rel=1e-12)
     before, after = answer_nll(start, held_out), answer_nll(tmp_path / "out", held_out)

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from composer_prime.traces.dataset import pair_logps
 from composer_prime.trainer.loss.dpo import dpo_loss
 from tests.conftest import ROOT
+from composer_prime.trainer.sft import metrics_path
 from tests.support.replay_support import reverse_text_dataset
 
 
@@ -39,7 +40,7 @@ def test_sft_dpo_prefers_chosen_on_unseen_pairs(tmp_path, tiny_model_dir):
                         "--model", "tiny", "--output_dir", str(tmp_path / "out"), "--max_steps", "12", "--batch_size", "8",
                         "--lr", "1e-4", "--warmup_steps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = [json.loads(ln) for ln in (tmp_path / "out" / "sft" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(ln) for ln in metrics_path(tmp_path / "out").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(12))
     # step 0: the policy is the reference the dataset was scored with (the trainer's dpo channel, its batched rows)
     assert rows[0]["loss/dpo"] == pytest.approx(math.log(2), abs=1e-6)
