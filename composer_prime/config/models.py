@@ -213,6 +213,8 @@ class OrchestratorConfig(Shared, Pinned, Sections):
 
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1,
                                       description="inference servers; requests are spread over all of them")
+    inference_timeout_s: float = Field(300.0, gt=0, description="a request to an inference server unanswered this long fails "
+                                                               "(a generation, a score, an audit)")
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig()], min_length=1,
                                   description="the environment mix (each id once)")
     eval: EvalConfig = Field(default_factory=EvalConfig)

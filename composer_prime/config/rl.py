@@ -9,18 +9,30 @@ processes that disagree on them cannot work together. `transport`, `weight_broad
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from composer_prime.config.help import Section
-from composer_prime.config.base import FieldError, Shared
+from composer_prime.config.base import FieldError, Shared, Strict
 from composer_prime.config.diloco import DiLoCoConfig
 from composer_prime.config.loader import ConfigError, alias, place_of, validate
 from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, TrainerConfig,
                                           WandbConfig, WeightBroadcastConfig)
 
 SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
+
+
+class WatchdogConfig(Strict):
+    """`rl` watches progress (utils/watchdog.py): when no process has advanced (a trainer step, an
+    orchestrator batch, a weight version loaded) for max(floor_s, factor x the recent step time), it
+    writes every process's stacks, says which process stopped and where, and stops the run."""
+
+    factor: float = Field(20.0, gt=1, description="stalled after this many recent step times without progress")
+    floor_s: float = Field(300.0, gt=0, description="never stalled sooner than this (evaluations, checkpoints)")
+    startup_s: float = Field(1800.0, gt=0, description="before the first step: model conversion, vLLM's start")
+    on_stall: Literal["stop", "wait"] = Field("stop", description="stop the run (resume it with --resume), or say "
+                                                                  "so and keep waiting")
 
 
 class RLConfig(Shared):
@@ -34,6 +46,7 @@ class RLConfig(Shared):
     weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
     diloco: DiLoCoConfig | None = Field(None, description="islands: whole inference + orchestrator + trainer groups "
                                                           "synced by Streaming DiLoCo (config/diloco.py, config/plan.py)")
     inference: Annotated[dict, Section(InferenceConfig, SHARED_KEYS)] = Field(default_factory=dict)

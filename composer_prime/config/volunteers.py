@@ -182,6 +182,8 @@ class WorkerConfig(Strict):
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens per sequence")
     concurrency: int = Field(8, ge=1, description="leases worked on at once (the engine decodes them as one batch)")
     max_leases: int = Field(0, ge=0, description="stop after this many submissions (0: until the run ends)")
+    http_timeout_s: float = Field(120.0, gt=0, description="a request to the pool unanswered this long fails (a lease's "
+                                                          "long poll is 5 s)")
 
     @model_validator(mode="after")
     def _check(self) -> "WorkerConfig":

@@ -24,6 +24,7 @@ from composer_prime.transports import auth
 from composer_prime.utils.logs import setup
 from composer_prime.utils.report import write_report
 from composer_prime.utils.supervise import supervise
+from composer_prime.utils.watchdog import Watch
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,10 @@ def main(argv: list[str] | None = None) -> None:
            "TOKENIZERS_PARALLELISM": "false"}
     start = time.time()
     finish = {p.name for p in processes if p.name.rpartition("-")[2] in ("orchestrator", "trainer")}
+    w = cfg.watchdog
+    watch = Watch(run / "logs" / "watch", w.factor, w.floor_s, w.startup_s)
     supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
-               for p in processes}, run / "logs", finish, env)  # each named by PROCESS_ENV
+               for p in processes}, run / "logs", finish, env, watch, w.on_stall == "wait")  # each named by PROCESS_ENV
     for where in sorted({Path(p.config.output_dir) for p in processes if p.name in finish}):  # one per island
         s = write_report(where, time.time() - start)
         log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "

@@ -29,6 +29,7 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.audit import AuditAnswer, AuditRequest
 from composer_prime.contract.inference import generate_answer
 from composer_prime.inference.engines.base import Engine
+from composer_prime.utils import watchdog
 from composer_prime.utils.chat import encode_chat
 
 
@@ -79,6 +80,7 @@ class ServerState:
             self.version, self.weights_path = version, path
             self.paths[version] = path
             self.stats["updates"] += 1
+            watchdog.advanced("weights", version)
             self.stats["load_s"] = self.stats.get("load_s", 0.0) + time.time() - t  # incl. waiting for a decode to end
 
 

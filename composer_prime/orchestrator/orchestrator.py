@@ -126,7 +126,7 @@ class Orchestrator:
         loaded = [load_env(e, cfg.eval.num_tasks, self.run / "logs") for e in cfg.envs]
         self.envs = [EnvRun(e, env, island_share(env.train, cfg.island, cfg.islands, e.id), env.held_out,
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e, env in zip(cfg.envs, loaded)]
-        self.client = InferenceClient(cfg.inference_urls, cfg.model)
+        self.client = InferenceClient(cfg.inference_urls, cfg.model, cfg.inference_timeout_s)
         # nodes that join while the run goes (volunteers, when the run takes them): sources registered by name
         self.sources = make_sources(cfg, self.client.pool, self.client.audit, lambda: self.client.served)
         self.sem = asyncio.Semaphore(cfg.max_concurrency)

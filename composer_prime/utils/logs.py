@@ -21,6 +21,8 @@ import os
 import sys
 from typing import TextIO
 
+from composer_prime.utils import watchdog
+
 PROCESS_ENV = "COMPOSER_PRIME_PROCESS"
 
 
@@ -51,6 +53,7 @@ def setup(process: str, quiet: bool = False, stderr: bool = False, stream: TextI
     handler = logging.StreamHandler(stream) if stream is not None else _Console(stderr)  # flushes after each line
     name = os.environ.get(PROCESS_ENV, process)
     handler.setFormatter(logging.Formatter(f"[{name}] %(message)s"))
+    watchdog.install(name)  # stacks on request and progress marks, within `rl` (a no-op elsewhere)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from composer_prime.utils import watchdog
+
 
 def keep_before(path: Path, step: int) -> None:
     """Forget rows of `step` and later: they are redone after a resume (step 0: a fresh file)."""
@@ -42,6 +44,7 @@ class MetricsLog:
     def log(self, row: dict) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        watchdog.advanced("step", row.get("step"))  # a trainer's step, an orchestrator's batch: the run moves
         if self.run is not None:
             self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
 

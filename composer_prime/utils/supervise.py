@@ -1,10 +1,12 @@
-"""Run named processes together: tee their output, stop them all when one fails or on Ctrl-C.
+"""Run named processes together: tee their output, stop them all when one fails, hangs or on Ctrl-C.
 
 What `rl` does with inference, trainer, orchestrator and relays. Each process runs in its own
 session (so a stop reaches its whole process group: torchrun's ranks, vLLM's server) and dies
 with the supervisor. When one fails, the others are stopped quietly (their shutdown output goes
 to their logs only), the console ends with the failing process's own last line, named after it,
-and the supervisor exits with code 1.
+and the supervisor exits with code 1. When none has advanced for too long (utils/watchdog.py),
+every process writes its stacks, one line names the process that stopped and where, and the run
+stops the same way (or, told to wait, goes on waiting).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from composer_prime.utils.logs import PROCESS_ENV
 from composer_prime.utils.proc import die_with_parent
+from composer_prime.utils.watchdog import WATCH_ENV, Watch, ask_stacks, place
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +91,39 @@ def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: 
     raise SystemExit(1)
 
 
-def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env: dict[str, str]) -> None:
+def _stalled(console: Console, procs: dict[str, subprocess.Popen], finish: set[str], watch: Watch, wait: bool) -> None:
+    """No process advanced within the limit: stacks from all, one line naming the one that stopped: of the
+    processes that drive the run (`finish`: trainers, orchestrators), the one that advanced longest ago
+    (servers only answer them; their stacks are in the dump all the same)."""
+    stacks = ask_stacks(watch.where)
+    blamed = watch.blame([n for n in procs if n in finish] or list(procs))
+    line = (f"no process advanced for {watch.silent_s():.0f} s (the limit: {watch.limit_s():.0f} s); {blamed} stopped "
+            f"in {place(blamed, stacks)}; every process's stacks: {watch.where}/*.stacks")
+    with (watch.where.parent / "watchdog.log").open("a") as f:  # the run's record of it, beside each process's log
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+    if wait:
+        log.warning(f"{line}; waiting on (watchdog.on_stall = wait)")
+        watch.started = time.time()  # said once per limit, not every half second
+        watch.marks.clear()
+        return
+    console.failed = blamed
+    console.stopping.set()
+    log.warning(f"{line}; stopping the run (continue it with --resume)")
+    stop(procs)
+    print(f"error: {line}; stopped (continue with --resume)", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env: dict[str, str],
+              watch: Watch | None = None, wait: bool = False) -> None:
     """Start every command; return once every process in `finish` has exited 0 (the others, servers,
-    are then stopped). Any other exit, and Ctrl-C or SIGTERM, stops everything and raises SystemExit."""
+    are then stopped). Any other exit, a stall `watch` sees (unless told to `wait`), Ctrl-C or SIGTERM
+    stops everything and raises SystemExit."""
+    if watch is not None:
+        watch.where.mkdir(parents=True, exist_ok=True)
+        for old in [*watch.where.glob("*.pid"), *watch.where.glob("*.progress")]:  # a resumed run's, long gone
+            old.unlink()  # (its stacks stay: each file is named by its process's pid)
+        env = {**env, WATCH_ENV: str(watch.where)}
     logs.mkdir(parents=True, exist_ok=True)
     procs: dict[str, subprocess.Popen] = {}
     console = Console()
@@ -109,6 +142,8 @@ def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env:
                 break
             if servers := [n for n in procs if n not in finish and procs[n].poll() == 0]:
                 _fail(console, procs, servers[0], "exited unexpectedly", logs / f"{servers[0]}.log")
+            if watch is not None and watch.stalled():
+                _stalled(console, procs, finish, watch, wait)
     except KeyboardInterrupt:
         console.stopping.set()
         log.warning("interrupted; stopping all processes")

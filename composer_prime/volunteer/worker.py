@@ -111,7 +111,7 @@ class Worker:
 
     async def run(self) -> int:
         """Work until the pool ends (or `max_leases` submissions); returns how many were sent."""
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), connector=self._connector())
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.http_timeout_s), connector=self._connector())
         try:
             info = await self.join()
             log.info(f"joined {self.url} as node {self.node[:12]}")
