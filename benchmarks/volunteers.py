@@ -234,7 +234,7 @@ def overhead(model: str, repeats: int, work: Path, progress: Progress) -> dict:
     from composer_prime.inference.engines.hf.engine import HFEngine
 
     work.mkdir(parents=True, exist_ok=True)
-    ps = prompts(model, 8)
+    ps, _ = prompts(model, 8)
     with serving({"trusted": Path(resolve_model(model))}, work, ("--dtype", "float32", "--device", "cpu")) as urls:
         async def go():
             engines = {name: HFEngine(resolve_model(model), model, max_model_len=1024, max_batch=8, device="cpu",
@@ -279,7 +279,7 @@ def throughput(workers: int, steps: int, batch: int, repeats: int, work: Path, p
                 await o.envs[0].env.start()
                 await o.client.wait_ready()
                 await o.client.versions()
-            pool = list(systems.values())[1].volunteers
+            [pool] = list(systems.values())[1].sources  # the volunteers' pool, the run's one node source
             await pool.start()
             for i in range(workers):
                 procs.append(subprocess.Popen(

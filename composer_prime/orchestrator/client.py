@@ -40,7 +40,7 @@ import aiohttp
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.audit import AuditAnswer, AuditRefused, AuditRequest
 from composer_prime.contract.inference import Completion, Scores
-from composer_prime.orchestrator.pool import NodeFailed, NodePool, TrustedNode
+from composer_prime.orchestrator.pool import HttpNode, NodeFailed, NodePool
 
 
 class RefusedRequest(ValueError):
@@ -62,7 +62,7 @@ RETRY_DELAYS_S = (0.2, 1.0)  # after a dropped or refused connection; then the e
 class InferenceClient:
     def __init__(self, urls: list[str], model: str, timeout_s: float = 300.0) -> None:
         self.urls, self.model, self.timeout_s = urls, model, timeout_s  # the trusted servers
-        self.pool = NodePool([TrustedNode(u, model, self._post) for u in urls])  # they, and the nodes that join
+        self.pool = NodePool([HttpNode(u, model, self._post) for u in urls])  # they, and the nodes that join
         self._session: aiohttp.ClientSession | None = None  # made in the event loop that uses it
         self._pending: dict[tuple, list[tuple[int | None, asyncio.Future]]] = {}  # same prompt and params: seeds waiting
         self._sending: set[asyncio.Task] = set()  # the loop holds tasks weakly

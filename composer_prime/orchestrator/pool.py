@@ -1,7 +1,7 @@
 """The inference nodes a run samples from: a pool that nodes join and leave, and the sources of them.
 
 A `Node` generates a group of completions of one prompt (`complete`). A **trusted** node is one of
-the run's own inference servers (`inference_urls`, `TrustedNode`: HTTP to its token route): the run
+the run's own inference servers (`inference_urls`, an `HttpNode`: HTTP to its token route): the run
 depends on it, so when it cannot be reached the orchestrator stops with one line. An untrusted
 node (a volunteer's: volunteer/node.py) joins at run time through a node source; when it cannot be
 reached, or is ejected, it leaves the pool and its requests go to the others. A node that cannot
@@ -17,7 +17,7 @@ the metrics of each active source, and names none: a source is one module and a 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from composer_prime.config.models import OrchestratorConfig
 from composer_prime.config.sampling import SamplingParams
@@ -40,19 +40,19 @@ class Node:
     """Subclasses set `name` and `trusted`, and generate n completions of a prompt (choice i with seed + i)."""
 
     name: str
-    trusted: ClassVar[bool]
+    trusted: bool
 
     async def complete(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
         raise NotImplementedError
 
 
-class TrustedNode(Node):
-    """One of the run's inference servers: its token route, through the client's `post` (retries and all)."""
+class HttpNode(Node):
+    """An inference server of ours: its token route, through the client's `post` (retries and all);
+    trusted when it is one of the run's own (`inference_urls`)."""
 
-    trusted = True
-
-    def __init__(self, url: str, model: str, post: Callable[[str, dict, str], Awaitable[dict[str, Any]]]) -> None:
-        self.name, self.model, self._post = url, model, post
+    def __init__(self, url: str, model: str, post: Callable[[str, dict, str], Awaitable[dict[str, Any]]],
+                 trusted: bool = True) -> None:
+        self.name, self.model, self._post, self.trusted = url, model, post, trusted
 
     async def complete(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
         request = {"model": self.model, "token_ids": prompt_ids, "n": n, "sampling_params": sampling.model_dump(mode="json")}

@@ -22,6 +22,7 @@ import pytest
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.orchestrator.client import KEEPALIVE_S, RETRY_DELAYS_S, InferenceClient, InferenceUnreachable
+from composer_prime.orchestrator.pool import HttpNode
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.utils.net import free_port
 from tests.conftest import ROOT
@@ -94,7 +95,7 @@ def test_a_joined_node_that_cannot_be_reached_leaves_the_pool_and_nothing_is_los
     async def go():
         servers = [await asyncio.start_server(s.serve, "127.0.0.1", s.port) for s in (trusted, volunteer)]
         client = InferenceClient([trusted.url()], "tiny")
-        client.pool.join(volunteer.url())
+        client.pool.join(HttpNode(volunteer.url(), "tiny", client._post, trusted=False))  # one that joined
         try:
             return [await client.generate([1, 2, k], SamplingParams(max_tokens=2, seed=0)) for k in range(4)], client.pool
         finally:

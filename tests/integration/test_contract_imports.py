@@ -23,7 +23,7 @@ def loaded_by(modules: list[str]) -> set[str]:
 
 def test_the_contract_and_the_orchestrators_distill_step_load_no_torch():
     names = sorted(p.stem for p in (ROOT / "composer_prime" / "contract").glob("*.py"))
-    assert names == ["__init__", "batches", "distill", "dpo", "inference", "volunteer"]
+    assert names == ["__init__", "audit", "batches", "distill", "dpo", "inference", "volunteer", "weights"]
     contract = ["composer_prime.contract"] + [f"composer_prime.contract.{n}" for n in names[1:]]
     assert loaded_by(contract) & HEAVY == set()
     assert loaded_by(["composer_prime.orchestrator.distill", "composer_prime.orchestrator.replay"]) & HEAVY == set()

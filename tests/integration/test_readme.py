@@ -67,6 +67,13 @@ ELSEWHERE = {
         "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
     "uv run worker --join http://127.0.0.1:8600 --token_file outputs/my-laptop.token":
         "tests/integration/test_rl_volunteers.py::test_rl_with_two_volunteers_and_a_cheat",
+    # openenv-mix's warm start and run: the test runs the first two as written and the third with its test flags
+    "uv run python -m tool_calc.demos --out outputs/calc-demos.jsonl -n 800 --max-operand 99 --error-rate 0.2 --seed 1":
+        "tests/integration/test_rl_openenv.py::test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one",
+    "uv run sft --model tiny --data outputs/calc-demos.jsonl --output_dir outputs/calc-agent --max_steps 200 --batch_size 8 "
+    "--lr 1e-3 --warmup_steps 5": "tests/integration/test_rl_openenv.py::test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one",
+    "uv run --extra openenv rl @ configs/openenv-mix.toml --model outputs/calc-agent":
+        "tests/integration/test_rl_openenv.py::test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one",
     "uv run composer-prime toploc install": "tests/integration/test_toploc_install.py::test_install_is_idempotent_and_finds_the_prebuilt_wheel",
     # a server that runs until stopped: the test starts it and drives it with OpenEnv's own clients
     "uv run --extra openenv composer-prime env serve tool-calc --port 8010 --max-concurrent-envs 8":

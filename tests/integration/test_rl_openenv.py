@@ -19,14 +19,13 @@ from tests.support.rl_runs import log_tails, rows
 
 STEPS = 20
 CONFIG = (ROOT / "configs" / "openenv-mix.toml").read_text()
-# the warm start the config's comment gives, command by command: demonstrations, sft, then the run itself
+# the warm start the config's comment gives (the README's, character for character): demonstrations, sft, the run
 DOCUMENTED = [line.removeprefix("#   ") for line in CONFIG.splitlines() if line.startswith("#   uv run ")]
 
 
 @pytest.fixture(scope="module")
 def calc_agent(tmp_path_factory):
-    work = run_commands([(c, list) for c in DOCUMENTED[:2]], bare_work_dir(tmp_path_factory.mktemp("openenv-calc")),
-                        source=CONFIG)
+    work = run_commands([(c, list) for c in DOCUMENTED[:2]], bare_work_dir(tmp_path_factory.mktemp("openenv-calc")))
     assert DOCUMENTED[2] == "uv run --extra openenv rl @ configs/openenv-mix.toml --model outputs/calc-agent"
     return work / "outputs" / "calc-agent"
 

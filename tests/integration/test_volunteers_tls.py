@@ -68,7 +68,7 @@ def test_a_token_pinning_the_runs_certificate_joins_over_tls_and_another_pin_is_
         finally:
             await pool.stop()
     info, members = asyncio.run(go())
-    assert info["weights"] == WEIGHTS and len(members) == 1  # the pinned worker joined; the other never spoke
+    assert info.weights == WEIGHTS and len(members) == 1  # the pinned worker joined; the other never spoke
     assert split_token(pinned_token("s", run_dir))[1] == split_token(pinned_token("t", run_dir))[1]  # one cert a run
 
 

@@ -27,13 +27,12 @@ def bare_work_dir(parent: Path) -> Path:
     return work
 
 
-def run_commands(commands: Sequence[tuple[str, Callable[[], list[str]]]], work: Path, source: str = README) -> Path:
-    """Run each (documented command, appended arguments) in `work`, in order; each must exit 0 and still
-    be in `source` (the README's text, or a config's). Returns `work`."""
+def run_commands(commands: Sequence[tuple[str, Callable[[], list[str]]]], work: Path) -> Path:
+    """Run each (README command, appended arguments) in `work`, in order; each must exit 0. Returns `work`."""
     uv = shutil.which("uv") or pytest.fail("uv is not on PATH (the README's commands need it)")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for command, extra in commands:
-        assert command in source, f"the documentation no longer says: {command}"
+        assert command in README, f"the README no longer says: {command}"
         argv = shlex.split(command)
         assert argv[:2] == ["uv", "run"]
         # --no-sync: the environment is the one the test suite runs in; --project: the repository

@@ -5,7 +5,7 @@ why each node left."""
 
 import pytest
 
-from composer_prime.orchestrator.pool import Node, NodePool, NoNodes, TrustedNode
+from composer_prime.orchestrator.pool import HttpNode, Node, NodePool, NoNodes
 
 
 class Untrusted(Node):
@@ -15,8 +15,8 @@ class Untrusted(Node):
         self.name = name
 
 
-def trusted(url: str) -> TrustedNode:
-    return TrustedNode(url, "tiny", post=None)
+def trusted(url: str) -> HttpNode:
+    return HttpNode(url, "tiny", post=None)
 
 
 def test_round_robin_over_the_nodes_as_they_join_and_leave():
