@@ -36,8 +36,8 @@ class Strict(BaseModel):
 class Shared(Strict):
     """Keys every process reads; `rl` fills them in from the top level."""
 
-    model: str = Field("tiny", description='"tiny" (built offline), "smollm2-135m", a local directory or a '
-                                           "Hugging Face id")
+    model: str = Field("tiny", description='"tiny" (built offline), "smollm2-135m", a local directory, a GGUF '
+                                           "file (converted once) or a Hugging Face id")
     seq_len: int = Field(512, ge=2, description="longest sequence (prompt + completion) in tokens")
     max_steps: int = Field(20, ge=1, description="trainer steps in the run")
     output_dir: Path = Field(Path("outputs/run"), description="run directory: configs, logs, metrics, checkpoints, "
