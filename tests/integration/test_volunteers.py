@@ -3,14 +3,13 @@ a real trusted inference server (embedded engine, tiny model, at weights v1 load
 directory, as a run serves them). Each is rejected for the reason named, and ejected at the
 second rejection; each has a control: the same worker in a pool with that check (and the checks
 after it) loosened passes, so the named check is what stops it. Honest workers pass every check
-and are never ejected."""
+and are never ejected. (vLLM workers and a vLLM trusted server: test_volunteers_vllm.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import dataclasses
-import sys
 import time
 from dataclasses import asdict
 
@@ -21,15 +20,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.volunteer import hello
-from composer_prime.contract.weights import Directory
 from composer_prime.volunteer.members import PREFIX, LeaseLost
-from composer_prime.transports.weights.filesystem import step_dir
-from composer_prime.utils.net import free_port
 from composer_prime.volunteer.worker import Ejected, Worker
-from tests.conftest import start_until_ready
 from tests.support import volunteers as V
+from tests.support.trusted_server import PROMPT, run, serve_v1, trusted  # noqa: F401 - trusted: a fixture
 
-PROMPT = [(7 * i) % 250 + 3 for i in range(30)]
 ORDER = ["toploc", "logprobs", "sampling"]  # the checks that measure, in the validator's order
 LOOSE = {"toploc": {"max_exp_mismatches": 128, "max_mant_mean": 1e30, "max_mant_median": 1e30},
          "logprobs": {"logprob_tol": 1e30}, "sampling": {"replay_margin": 1.0}}
@@ -41,39 +36,6 @@ def loosened(check: str) -> dict:
     for name in ORDER[ORDER.index(check):]:
         out |= LOOSE[name]
     return {"thresholds": {"float32": out}}
-
-
-def serve_v1(model_dir, root, *flags: str, engine: str = "hf"):
-    """A trusted server (its process, url) serving the step v1 in `root`."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_until_ready([sys.executable, "-m", "composer_prime.entrypoints.inference", "--model", str(model_dir),
-                              "--engine", engine, "--port", str(port), "--output_dir", str(root.parent / f"inference-{port}"),
-                              *flags], lambda: httpx.get(f"{url}/health").status_code == 200)
-    assert httpx.post(f"{url}/update_weights", json={"path": str(step_dir(root, 1)), "version": 1}).status_code == 200
-    return proc, url
-
-
-@pytest.fixture(scope="module")
-def trusted(tiny_model_dir, tmp_path_factory):
-    """(url, weights root): a trusted server at v1, the step a run's trainer would have published: the
-    tiny model (v0) after one real step of the trainer's optimizer (V.one_step)."""
-    root = tmp_path_factory.mktemp("weights")
-    V.one_step(tiny_model_dir, root, ["reverse the letters of this sentence", "the quick brown fox jumps over the lazy dog"])
-    proc, url = serve_v1(tiny_model_dir, root)
-    yield url, root
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def run(trusted, tmp_path, body, **volunteers):
-    url, root = trusted
-
-    async def go():
-        async with V.pool_run(url, "tiny", tmp_path / "run", **volunteers) as (client, pool):
-            pool.weights = Directory(str(root))
-            return await body(client, pool)
-    return asyncio.run(go())
 
 
 def test_honest_workers_pass_every_check_and_stay(trusted, tmp_path):
@@ -216,66 +178,6 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def test_a_vllm_server_audits_through_a_copy_of_the_leased_weights(trusted, tiny_model_dir, tmp_path):
-    """A trusted server serving with vLLM (no hidden states) audits on the embedded engine's model holding
-    v1 (engines/hf/copies.py): an honest worker passes float32's thresholds, weights 1e-3 off fail
-    `logprobs`, as against the embedded engine's server."""
-    proc, url = serve_v1(tiny_model_dir, trusted[1], engine="vllm")
-    try:
-        async def body(client, pool):
-            honest, cheat = V.make_worker(Worker, pool, tmp_path, "honest"), V.make_worker(V.OtherWeights, pool, tmp_path, "cheat")
-            cheat.scale = 1e-3
-            async with V.working(honest), V.working(cheat):
-                return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2]
-                        for w, seed in ((honest, 0), (honest, 1), (cheat, 2))]
-        assert run((url, trusted[1]), tmp_path, body) == ["", "", "logprobs"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
-def vllm_leases(trusted, tmp_path, draws: str) -> tuple[list[str], list[dict]]:
-    """A worker generating with vLLM (`engine = "vllm"`, `draws`) answers two leases honestly, then two
-    more cheating: a tampered token, then the likeliest tokens where the lease asks for draws (log-probs
-    and proofs rebuilt honestly over both: only the sampling check can see them). Its verdicts and the
-    audits' measurements."""
-    async def body(client, pool):
-        w = V.make_worker(V.Substitutes, pool, tmp_path, f"vllm-{draws}", engine="vllm", draws=draws)
-        validator = pool.validator
-        real, measured = validator.audit, []
-
-        async def spy(b):
-            m = await real(b)
-            measured.append(m)
-            return m
-        validator.audit = spy
-        verdicts = []
-        async with V.working(w):
-            for seed, (w.tamper, w.pick) in enumerate([(False, False)] * 2 + [(True, False), (False, True)]):
-                verdicts.append((await V.lease_once(client, pool, w, PROMPT, seed, 70))[2])
-        return verdicts, measured
-    # vLLM starting takes the cores: beat as shipped; vLLM's own draws only where the run accepts them
-    return run(trusted, tmp_path, body, eject_after=10, heartbeat_s=2.0, samplers=["seeded", "any"])
-
-
-def test_a_vllm_worker_draws_with_the_seeded_sampler_and_is_replayed(trusted, tmp_path):
-    """vLLM draws through the seeded-draws logits processor: its tokens replay on the trusted prefill (at
-    float32's 1e-5 margin, as the embedded engine's), so a tampered token and picked tokens fail `sampling`."""
-    verdicts, measured = vllm_leases(trusted, tmp_path, "seeded")
-    assert verdicts == ["", "", "sampling", "sampling"]
-    assert max(m.max_draw_distance for m in measured[:2]) <= 1e-5 < min(m.max_draw_distance for m in measured[2:])
-
-
-def test_vllms_own_draws_are_tested_statistically_and_picked_tokens_fail(trusted, tmp_path):
-    """With vLLM's own sampler (`draws = "engine"`, sampler "any") nothing replays: the honest answers pass
-    the statistics, picked tokens fail the surprisal test; the tampered token, a plausible one here, passes
-    (the statistical check's limit, docs/volunteers.md)."""
-    verdicts, measured = vllm_leases(trusted, tmp_path, "engine")
-    assert verdicts[:2] == ["", ""] and verdicts[3] == "sampling"
-    assert verdicts[2] in ("", "sampling")  # passes (10 of 10 in the calibration's tiny set); only the draws' test could see it
-    assert measured[3].surprisal_z < -4.5 < min(m.surprisal_z for m in measured[:2])
 
 
 PROOF_EDITS = {
