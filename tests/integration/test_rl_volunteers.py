@@ -15,10 +15,13 @@ from tests.support.rl_runs import rows
 from tests.support.shared_runs import RelayRun
 
 # Measured on this run at seeds 0, 1 and 2 (2026-11-27, 2-core CPU, loaded): held-out +0.080, +0.090, +0.070;
-# mismatch_kl at most 8.1e-4, 1.6e-3, 6.0e-3 on steps with volunteers' rollouts (the async window's lag;
-# 0.032 on one step without them), where log-probs lost on the way (zeros) would put it near 1.
+# mismatch_kl at most 8.1e-4, 1.6e-3, 6.0e-3 on steps with volunteers' rollouts, medians below 1e-3. The
+# batch's mismatch_kl also carries the async window's lag (one policy step, max_async_level = 1), which spikes
+# now and then whoever sampled: 0.032 on a step without volunteers, 0.110 on one step of 30 with them in CI's
+# run of 9a77c39 (its other steps 5e-4 to 2e-3). So the bound is on the median over the steps with
+# volunteers: log-probs lost on the way (zeros) add exp(-lp) - 1 + lp on every volunteer token, every step.
 RISE = 0.05
-MISMATCH_KL = 0.1
+MEDIAN_MISMATCH_KL = 0.01
 
 
 @pytest.mark.alone  # workers starting on a loaded machine joined after the run had ended (seed 2, load 10)
@@ -49,7 +52,8 @@ def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
     trainer = {r["step"]: r for r in rows(run / "trainer" / "metrics.jsonl")}
     with_volunteers = [r["step"] for r in steps if any(r.get(f"volunteers/{ids[n]}/in_batch", 0) for n in ("honest0", "honest1"))]
     assert len(with_volunteers) >= 3  # they join about 20 s in: 5, 11 and 16 steps at seeds 0, 1 and 2
-    assert max(trainer[s]["mismatch_kl"] for s in with_volunteers) < MISMATCH_KL, [trainer[s]["mismatch_kl"] for s in with_volunteers]
+    kls = sorted(trainer[s]["mismatch_kl"] for s in with_volunteers)
+    assert kls[len(kls) // 2] < MEDIAN_MISMATCH_KL, {s: trainer[s]["mismatch_kl"] for s in with_volunteers}
 
     evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
     assert evals[-1]["eval_version"] == len(steps) and evals[-1]["eval_reward"] > evals[0]["eval_reward"] + RISE, evals
