@@ -10,6 +10,7 @@ one-element tensor costs.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -97,3 +98,18 @@ def ops_per_call(fn: Callable[[], None], device: str) -> int:
         fn()
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+# A kernel launch in Inductor's generated `call`: a fused kernel (C++ on the CPU, Triton on CUDA), an
+# extern kernel (matmuls) or an aten op it falls back to (attention, cumsum, searchsorted).
+_LAUNCH = re.compile(r"^\s*(?:\w+ = )?(?:cpp_fused_\w+\(|triton_\w+\.run\(|extern_kernels\.\w+\(|torch\.ops\.\w+\.\w+)", re.M)
+
+
+def compiled_launches(fn: Callable[..., None], *args) -> int:
+    """Kernels that torch.compile's code for one call of fn(*args) launches (fn compiled with dynamic
+    shapes, as the embedded engine's "compile" step is): counted in the code Inductor generates, so
+    the CPU counts what fusion leaves, and CUDA would replay about as many from its graph."""
+    from torch._inductor.utils import run_and_get_code
+
+    _, codes = run_and_get_code(torch.compile(fn, dynamic=True), *args)
+    return sum(len(_LAUNCH.findall(code[code.index("def call("):])) for code in codes)

@@ -3,13 +3,24 @@ starts compiler processes: on the CPU, compiled and run as it is; on CUDA (gpu-m
 then recorded as CUDA graphs. Either gives the requests' tokens of the step run op by op, and
 their log-probs to float noise. On the CPU the compiled step runs on the memory layouts CUDA's
 kernels hand the attention (tests/unit/inference/test_cuda_layouts.py's stand-ins: Inductor's
-lowering of them, which that unit tier cannot start)."""
+lowering of them, which that unit tier cannot start).
+
+And what compiling saves a step on a GPU, where a recorded step's time is about its kernel count
+(benchmarks/README.md, real_model's bound): the kernels Inductor's code launches per decode step,
+pinned beside the op-by-op count of tests/unit/inference/test_decode_ops.py (43 a layer there)."""
 
 import pytest
 import torch
 
+from benchmarks.support.floors import compiled_launches
 from tests.support.hf_batches import BUDGETS, load, run
 from tests.unit.inference.test_cuda_layouts import use_cuda_layouts
+from tests.unit.inference.test_decode_ops import admitted, smollm2_shape
+
+# measured 2026-11-27 (torch 2.13 CPU, transformers of uv.lock): norms, rotary, the cache write and the
+# sampler fused; left apart per layer: 7 matmuls, the attention and 6 fused kernels. SmolLM2's 30 layers:
+# 7 + 14 x 30 = 427 launches, against 1,364 op by op.
+COMPILED_BASE, COMPILED_PER_LAYER = 7, 14
 
 
 def same_completions(got: dict, want: dict) -> None:
@@ -30,3 +41,12 @@ def test_the_compiled_step_on_the_cpu_equals_the_step_op_by_op(tiny_model_dir, m
 def test_the_compiled_graph_path_equals_the_eager_path(tiny_model_dir):
     model = load(tiny_model_dir, torch.float32, "cuda")
     same_completions(run(model, "compile"), run(model))
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_compiled_step_at_smollm2s_shape_launches_a_pinned_number_of_kernels(layers):
+    torch.set_num_threads(1)
+    torch._dynamo.reset()  # counted from a fresh compile, not another test's cached code
+    batch = admitted(smollm2_shape(layers))
+    with torch.no_grad():
+        assert compiled_launches(batch.decode_step, 1, 9, False) == COMPILED_BASE + COMPILED_PER_LAYER * layers

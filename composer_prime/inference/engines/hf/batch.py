@@ -111,8 +111,9 @@ class DeviceBatch:
         self.tokens[lo:hi] = torch.where(live, tokens, self.tokens[lo:hi])
 
     def finished(self, n: int) -> list[int]:
-        """The rows of [0, n) that are done (reads the device: a synchronisation)."""
-        return self.done[:n].nonzero().flatten().tolist()
+        """The rows of [0, n) that are done: the step's one read of the device (a synchronisation; n
+        flags copied, where `nonzero` would wait for the device twice, once to size its output)."""
+        return [row for row, done in enumerate(self.done[:n].tolist()) if done]
 
     def results(self, rows: list[int]) -> list[tuple[list[int], list[float], bool, torch.Tensor | None]]:
         """(tokens, log-probs, stopped on a stop token, states on the CPU or None) of each of `rows`."""

@@ -89,6 +89,8 @@ class SlotModel:
         self.vocab_size, self.hidden_size = model.config.vocab_size, model.config.hidden_size
         self.cache = SlotCache(model.config, rows, length, model.dtype, model.device)
         self.arange = torch.arange(length, device=model.device)
+        self.mask_values = (torch.zeros((), dtype=model.dtype, device=model.device),
+                            torch.full((), float("-inf"), dtype=model.dtype, device=model.device))
         self._check_head()
 
     def _check_head(self) -> None:
@@ -127,7 +129,9 @@ class SlotModel:
         """The last hidden state after token[r] at position pos[r] for rows [0, b), attending over slots [0, w)."""
         cache = self.cache
         cache.b, cache.w, cache.pos = b, w, pos
-        mask = (self.arange[None, :w] <= pos[:, None])[:, None, None, :]
+        # additive (0 or -inf, the model's dtype), made once per step: a boolean mask is turned into this
+        # by SDPA in every layer (three kernels a layer on each device)
+        mask = torch.where(self.arange[None, :w] <= pos[:, None], *self.mask_values)[:, None, None, :]
         hidden = self.decoder(input_ids=tokens[:, None], position_ids=pos[:, None], attention_mask=mask,
                               past_key_values=cache, use_cache=True).last_hidden_state
         return hidden[:, 0]
