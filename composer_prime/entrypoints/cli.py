@@ -8,6 +8,7 @@
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
     composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
     composer-prime toploc install        TOPLOC for volunteers: a prebuilt wheel, else built from source
+                                         (and installed wheels' misstated tags corrected: utils/wheel_tags.py)
     composer-prime volunteers invite ... a volunteer's join token (see `composer-prime volunteers --help`)
     composer-prime wheelhouse --out DIR  the wheels a node without a package index installs (docs/install.md)
 """
@@ -48,8 +49,11 @@ def _keys(args: argparse.Namespace) -> int:
 def _toploc(args: argparse.Namespace) -> int:
     import subprocess
 
+    from composer_prime.utils.wheel_tags import fix_here
     from composer_prime.verify.install import install
 
+    for fixed in fix_here():  # this step ends every install target: uv would reinstall such a package at each run
+        print(f"corrected a wheel's misstated tags (uv reinstalled it at every run): {fixed}")
     try:
         print(install(args.wheels))
     except (subprocess.CalledProcessError, RuntimeError) as e:

@@ -1,7 +1,8 @@
 """`composer-prime toploc install` (verify/install.py): in the project's environment it finds
 toploc already there; in a fresh environment with only torch (the project's torch build) it
 installs the prebuilt wheel from ../shared/wheels where that exists, else builds toploc from its
-sdist; either way toploc then imports with its C++ extension and builds a 258-byte proof."""
+sdist; either way toploc then imports with its C++ extension and builds a 258-byte proof. And the
+install step has corrected every installed wheel whose WHEEL file misstates its tags (utils/wheel_tags.py)."""
 
 import os
 import shutil
@@ -11,6 +12,7 @@ import tomllib
 
 import torch
 
+from composer_prime.utils.wheel_tags import fix_here
 from composer_prime.verify.install import DEFAULT_WHEELS, wheels_for_this_python
 from tests.conftest import ROOT
 
@@ -20,6 +22,7 @@ UV = os.environ.get("UV") or shutil.which("uv")
 def test_install_is_idempotent_and_finds_the_prebuilt_wheel(tmp_path):
     r = subprocess.run([UV, "run", "--no-sync", "composer-prime", "toploc", "install"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("toploc already importable"), r.stdout + r.stderr
+    assert fix_here() == []  # the install step left no wheel whose tags uv would reinstall it for at every run
 
     venv = tmp_path / "venv"
     subprocess.run([UV, "venv", "-q", str(venv), "--python", sys.executable], check=True)
