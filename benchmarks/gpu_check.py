@@ -13,7 +13,11 @@ Steps and their time boxes on CUDA (expected on one H100: about 4 minutes in all
 - `smollm2` (90 s): `rl @ configs/smollm2-135m-gpu.toml` for 8 steps, when SmolLM2 is installed
   (the smollm2 extra); else skipped, saying so;
 - `volunteers` (60 s): benchmarks/volunteers.py's calibration at its smallest (2 honest leases, 1
-  per cheat, float32) with the trusted server and the workers on the device.
+  per cheat, float32) with the trusted server and the workers on the device;
+- with `--decode-compiled` only, `decode_compiled` (240 s, not in the 6 minutes): the decode at batches
+  128 and 512 of the compiled step (`ours-compile`: torch.compile, then recorded; 427 kernels a step at
+  SmolLM2's shape against 1,364 op by op, benchmarks/README.md), the variant issue 35's part 5 targets
+  (100k new tokens/s at batch 128, 200k at 512 on one H100), its results in `<results>/compiled/`.
 The CPU variant (`--device cpu --smallest`) runs every step at its smallest on the CPU, so that the
 command cannot rot where no GPU is: about 2 minutes on the 2-core machine.
 
@@ -45,7 +49,7 @@ PY = sys.executable
 from composer_prime.utils.net import free_port  # noqa: E402
 
 
-def steps(device: str, smallest: bool, out: Path, work: Path) -> list[dict]:
+def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = False) -> list[dict]:
     """Per step: its name, command, time box in seconds, and the results file it writes (or None)."""
     res = out
     small_rl = "--orchestrator.batch_size 16 --orchestrator.group_size 4 --orchestrator.eval.num_tasks 2".split()
@@ -56,6 +60,10 @@ def steps(device: str, smallest: bool, out: Path, work: Path) -> list[dict]:
         return ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
     quick = ["--max_steps", "1", *small_rl] if smallest else []
     smollm2_cfg = "configs/quickstart.toml" if smallest else "configs/smollm2-135m-gpu.toml"  # the CPU: the step's machinery
+    more = [{"name": "decode_compiled", "box": 240, "results": res / "compiled" / "real_model.json",
+             "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", "--variants", "ours-compile",
+                     *(decode[:-1] if smallest else ["--batches", "128,512"]), "--repeats", "1",
+                     "--results", str(res / "compiled"), "--work", str(work / "decode")]}] if compiled else []
     return [
         {"name": "gpu_tier", "box": 150, "results": out / "gpu_tier.xml",
          "cmd": [PY, "-m", "pytest", "-m", "gpu", "-n", "0", "-q", "-p", "no:cacheprovider", "--junitxml",
@@ -74,6 +82,7 @@ def steps(device: str, smallest: bool, out: Path, work: Path) -> list[dict]:
          "cmd": [PY, "benchmarks/volunteers.py", "--result", "calibration", "--models", "tiny", "--dtypes", "float32",
                  "--honest", "2", "--cheats", "1", "--device", device, "--results", str(res), "--work",
                  str(work / "volunteers")]},
+        *more,
     ]
 
 
@@ -116,6 +125,7 @@ def main() -> None:
     p.add_argument("--smallest", action="store_true", help="every step at its smallest (the CPU variant CI runs)")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "gpu-check")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "gpu-check")
+    p.add_argument("--decode-compiled", action="store_true", help="also the compiled step's decode (up to 4 minutes more)")
     p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every step's time box (a slower machine)")
     a = p.parse_args()
     if a.device == "cuda":
@@ -126,7 +136,7 @@ def main() -> None:
     out, work = a.results.resolve(), a.work.resolve()
     out.mkdir(parents=True, exist_ok=True)
     records = []
-    for step in steps(a.device, a.smallest, out, work):
+    for step in steps(a.device, a.smallest, out, work, a.decode_compiled):
         print(f"[gpu_check] {step['name']}: up to {step['box'] * a.budget_scale:.0f} s", file=sys.stderr, flush=True)
         record = run_step(step, out, a.budget_scale)
         (out / f"{step['name']}.json").write_text(json.dumps(record, indent=1))

@@ -121,6 +121,11 @@ def time_generate(model, prompts: list[list[int]], new: int, static: bool) -> tu
     return total, (total - first) / (new - 1)
 
 
+# our engine's decode variants per device: inference.graphs for each (a compiled step on the CPU runs as it is)
+VARIANTS = {"cuda": {"ours": "capture", "ours-compile": "compile", "ours-eager": "off"},
+            "cpu": {"ours": "off", "ours-compile": "compile"}}
+
+
 def decode(a: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -128,9 +133,11 @@ def decode(a: argparse.Namespace) -> dict:
 
     path, batches, new = model_dir(a.model, a.work), a.batches, a.new_tokens
     length = -(-(a.prompt_len + new) // 64) * 64
-    variants = {"ours": "capture", "ours-compile": "compile", "ours-eager": "off"} if a.device == "cuda" else {"ours": "off"}
+    variants = dict(VARIANTS[a.device]) if a.device == "cuda" else {"ours": "off"}
     if a.quick:  # the variants that take no compiling: a GPU check's minute
         variants.pop("ours-compile", None)
+    if a.variants:  # these alone (the GPU check's compiled step: the compile's minutes apart from the quick step)
+        variants = {name: VARIANTS[a.device][name] for name in a.variants.split(",")}
     engines = {name: HFEngine(path, "bench", max_model_len=length, max_batch=max(batches), device=a.device, graphs=g)
                for name, g in variants.items()}
     for e in engines.values():
@@ -160,7 +167,7 @@ def decode(a: argparse.Namespace) -> dict:
     return {"model": a.model, "dtype": dtype, "prompt_len": a.prompt_len, "new_tokens": new, "repeats": a.repeats,
             "quick": a.quick,
             "clock": "wall" if a.device == "cuda" else "process CPU time",
-            "summary": summary, "bound": bound(engines["ours"], hf, batches, a.prompt_len + new / 2, a.device),
+            "summary": summary, "bound": bound(next(iter(engines.values())), hf, batches, a.prompt_len + new / 2, a.device),
             "runs": runs}
 
 
@@ -254,6 +261,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="decode: our engine as shipped (and op by op on cuda) against "
                                                          "generate with its static cache only: no torch.compile variant, "
                                                          "no dynamic cache (benchmarks/gpu_check.py)")
+    p.add_argument("--variants", help="decode: our engine's variants to run, comma-separated (ours, ours-compile, "
+                                       "ours-eager on cuda; default: all but those --quick leaves out)")
     p.add_argument("--model", default=SHAPE, help=f"{SHAPE} (random weights), or any model name `rl` takes")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench-real-model")
@@ -282,6 +291,10 @@ def main() -> None:
     if a.engines and not set(a.engines.split(",")) <= {"hf", "vllm"}:
         p.error(f"--engines wants hf and/or vllm, comma-separated; got {a.engines!r}")
     check_run_args(p, a)
+    unknown = set((a.variants or "").split(",")) - {""} - set(VARIANTS[a.device])
+    if unknown or a.variants == "":
+        p.error(f"--variants: {a.variants!r} names none or unknown ones {sorted(unknown)}; on {a.device}: "
+                f"{', '.join(VARIANTS[a.device])}")
     if a.device == "cpu":
         torch.set_num_threads(1)  # as the engine runs on the CPU (one thread per process)
     a.work.mkdir(parents=True, exist_ok=True)
