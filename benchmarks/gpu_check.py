@@ -62,7 +62,7 @@ def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = F
     smollm2_cfg = "configs/quickstart.toml" if smallest else "configs/smollm2-135m-gpu.toml"  # the CPU: the step's machinery
     more = [{"name": "decode_compiled", "box": 240, "results": res / "compiled" / "real_model.json",
              "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", "--variants", "ours-compile",
-                     *(decode[:-1] if smallest else ["--batches", "128,512"]), "--repeats", "1",
+                     *(decode if smallest else ["--batches", "128,512", "--quick"]), "--repeats", "1",
                      "--results", str(res / "compiled"), "--work", str(work / "decode")]}] if compiled else []
     return [
         {"name": "gpu_tier", "box": 150, "results": out / "gpu_tier.xml",

@@ -136,7 +136,7 @@ def decode(a: argparse.Namespace) -> dict:
     variants = dict(VARIANTS[a.device]) if a.device == "cuda" else {"ours": "off"}
     if a.quick:  # the variants that take no compiling: a GPU check's minute
         variants.pop("ours-compile", None)
-    if a.variants:  # these alone (the GPU check's compiled step: the compile's minutes apart from the quick step)
+    if a.variants:  # these alone, --quick or not (the GPU check's compiled step: its compile apart from the quick step)
         variants = {name: VARIANTS[a.device][name] for name in a.variants.split(",")}
     engines = {name: HFEngine(path, "bench", max_model_len=length, max_batch=max(batches), device=a.device, graphs=g)
                for name, g in variants.items()}
