@@ -25,10 +25,10 @@ LOCK = Path(__file__).resolve().parents[2] / "uv.lock"  # the checkout's (an ins
 
 def lock_wheels(lock: Path) -> dict[tuple[str, str], list[str]]:
     """(name, version) -> the wheel file names uv.lock lists for it."""
-    data = tomllib.loads(lock.read_text())
     def filename(wheel: dict) -> str:  # from an index (url), a local directory (path) or named alone (filename)
         return (wheel.get("url") or wheel.get("path") or wheel.get("filename") or "").rsplit("/", 1)[-1]
 
+    data = tomllib.loads(lock.read_text())
     return {(canonicalize_name(p["name"]), p["version"]): [f for w in p.get("wheels", []) if (f := filename(w))]
             for p in data.get("package", []) if "version" in p}
 
