@@ -67,6 +67,7 @@ from composer_prime.model.resolve import resolve_model  # noqa: E402
 from composer_prime.utils.logs import setup  # noqa: E402
 from composer_prime.utils.proc import die_with_parent  # noqa: E402
 from composer_prime.utils.progress import Progress  # noqa: E402
+from composer_prime.verify.toploc import ProofError, require  # noqa: E402
 from composer_prime.volunteer.worker import Worker  # noqa: E402
 from tests.support import volunteers as V  # noqa: E402
 
@@ -342,6 +343,10 @@ def main() -> None:
     a = p.parse_args()
     if min(a.honest, a.cheats, a.repeats, a.workers, a.steps) < 1 or a.batch % 8:
         p.error("counts must be at least 1 and --batch a multiple of 8")
+    try:  # every result proves or verifies: said now, where leases would otherwise wait out their deadlines
+        require()
+    except ProofError as e:
+        p.exit(2, f"error: {e}\n")
     setup("volunteers", stderr=True)
     work = a.work.resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ def _toploc(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:  # an unreadable lock or site-packages: toploc's install does not depend on it
         print(f"warning: installed wheels' tags not checked: {e}", file=sys.stderr)
     try:
-        print(install(args.wheels))
+        print(install(args.wheels, args.target))
     except (subprocess.CalledProcessError, RuntimeError) as e:
         print(f"error: toploc could not be installed: {e}", file=sys.stderr)
         return 2
@@ -67,12 +67,21 @@ def _toploc(args: argparse.Namespace) -> int:
 
 def _wheelhouse(args: argparse.Namespace) -> int:
     from composer_prime.utils.fs import check_writable_dir
-    from composer_prime.utils.wheelhouse import Node, WheelhouseError, build
+    from composer_prime.utils.wheelhouse import Node, WheelhouseError, build, node_has
+    from composer_prime.verify import install as toploc
 
+    try:
+        has = node_has(args.node_has.read_text()) if args.node_has else set()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: --node-has {args.node_has}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        return 2
     try:
         check_writable_dir(args.out)
         node = Node(args.python, args.platform)
-        made = build(node, args.out, args.extra, [e for e in args.exclude.split(",") if e])
+        # TOPLOC (volunteers) is built against the node's own torch, so it travels as its sdist:
+        # `composer-prime toploc install --wheels DIR` builds it there with no index (verify/install.py)
+        made = build(node, args.out, args.extra, [e for e in args.exclude.split(",") if e], has,
+                     sdists=((toploc.SDIST_URL, toploc.SDIST_SHA256),))
     except WheelhouseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -109,7 +118,10 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("toploc", help="TOPLOC proofs for volunteers (verify/install.py)")
     inst = t.add_subparsers(dest="action", required=True).add_parser(
         "install", help="make toploc importable: a prebuilt wheel from --wheels, else built from its sdist")
-    inst.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="prebuilt wheels (default: ../shared/wheels beside the checkout)")
+    inst.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="prebuilt wheels, or a wheelhouse holding toploc's "
+                      "sdist (built offline) (default: ../shared/wheels beside the checkout)")
+    inst.add_argument("--target", type=Path, default=None, help="install into this directory (on PYTHONPATH) instead of "
+                      "this environment: an image not yours to change")
     inst.set_defaults(func=_toploc)
     w = sub.add_parser("wheelhouse", help="every wheel a machine without a package index needs (utils/wheelhouse.py)")
     w.add_argument("--out", type=Path, required=True, help="the wheelhouse directory (kept files with the right hash stay)")
@@ -118,6 +130,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--extra", action="append", default=[], help="an extra of the project to include (repeatable)")
     w.add_argument("--exclude", default="", help="packages the node has, comma-separated (e.g. torch): left out "
                                                  "with whatever only they need")
+    w.add_argument("--node-has", type=Path, default=None, help="the node's `python3 -m pip freeze` output: every "
+                   "package it names that this install needs is left out too")
     w.set_defaults(func=_wheelhouse)
     from composer_prime.hub.cli import add_parser as add_env_parser
 

@@ -19,12 +19,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg, dry_run = load_or_exit(WorkerConfig, sys.argv[1:] if argv is None else argv, checks.WORKER)
     if dry_run:
         return
-    from composer_prime.verify.toploc import ProofError, _toploc
+    from composer_prime.verify.toploc import ProofError
     from composer_prime.volunteer.keys import load_or_make
     from composer_prime.volunteer.worker import Ejected, Worker
 
     try:
-        _toploc()
         key = load_or_make(cfg.key_path)
         sent = asyncio.run(Worker(cfg, key).run())
     except (ProofError, Ejected, ValueError, OSError) as e:

@@ -4,11 +4,14 @@ Cluster GPU nodes often have no internet, and their images ship their own Python
 images) and their own torch. On a connected machine this writes, for the node's Python and
 platform, the lock's exact files (uv.lock's pins and sha256 hashes, through `uv export`), leaving
 out what the node already has, plus wheels of this project and of its environments
-(`uv build --wheel`). Copied to the node, it installs with `pip install --no-index`
-(docs/install.md, "A GPU node without a package index").
+(`uv build --wheel`), and TOPLOC's sdist, which the node builds against its own torch. Copied to the
+node, it installs with `pip install --no-index` (docs/install.md, "A GPU node without a package index").
 
 Leaving a package out (`--exclude torch`) is uv's `--prune`: the package and whatever only it needs
 (torch's nvidia-* and triton), so an exclude list names what the node has, not its dependencies.
+`--node-has FILE` (the node's `pip freeze`) leaves out every needed package the node already has: an
+image that carries most of them (a CUDA image with transformers, numpy, pandas ...) then needs a
+wheelhouse of tens of MB, not hundreds; its versions must be in the project's ranges (`pip check`).
 A file already in the directory with the right hash is kept, so an interrupted run resumes.
 """
 
@@ -113,12 +116,22 @@ def _export(extras: list[str], prune: list[str]) -> list[dict]:
     return tomllib.loads(r.stdout)["packages"]
 
 
-def plan(node: Node, extras: list[str], exclude: list[str]) -> Plan:
+def node_has(freeze: str) -> set[str]:
+    """The packages a node's `python3 -m pip freeze` (or `pip list --format=freeze`) names, canonicalized."""
+    lines = (line.split("#")[0].strip() for line in freeze.splitlines())
+    return {canonicalize_name(re.split(r"\s*(?:===|==|@|>=|~=)\s*", line)[0]) for line in lines
+            if line and not line.startswith("-")}
+
+
+def plan(node: Node, extras: list[str], exclude: list[str], has: set[str] = frozenset()) -> Plan:
+    """What to download and build for `node`; `exclude` must be among the needed packages, `has` (the node's
+    own packages, from `node_has`) need not: those among them that this install needs are left out too."""
     everything = _export(extras, [])
     names = {canonicalize_name(p["name"]) for p in everything}
     unknown = [e for e in exclude if canonicalize_name(e) not in names]
     if unknown:
         raise WheelhouseError(f"--exclude {','.join(unknown)}: not among the packages this install needs")
+    exclude = sorted({*exclude, *(names & has)})
     kept = _export(extras, exclude) if exclude else everything
     out = Plan(left_out=sorted(names - {canonicalize_name(p["name"]) for p in kept}))
     rank = {tag: i for i, tag in enumerate(node.tags())}
@@ -172,14 +185,18 @@ def _download(url: str, sha256: str | None, dest: Path) -> None:
     os.replace(part, dest)
 
 
-def build(node: Node, out: Path, extras: list[str], exclude: list[str]) -> Plan:
-    """Fill `out` for `node`: the lock's wheels, less `exclude` and what only they need, and this project's."""
-    the_plan = plan(node, extras, exclude)
+def build(node: Node, out: Path, extras: list[str], exclude: list[str], has: set[str] = frozenset(),
+          sdists: tuple[tuple[str, str], ...] = ()) -> Plan:
+    """Fill `out` for `node`: the lock's wheels, less `exclude`, what the node `has` and what only they need, this
+    project's, and `sdists` ((url, sha256) each: what the node builds against its own torch, such as TOPLOC)."""
+    the_plan = plan(node, extras, exclude, has)
     out.mkdir(parents=True, exist_ok=True)
     log.info(f"downloading {len(the_plan.downloads)} wheels ({sum(d[3] for d in the_plan.downloads) / 1e6:.0f} MB) "
              f"for cp3{node.minor} {node.platform} into {out}")
     with ThreadPoolExecutor(8) as pool:  # many small files: the round trips, not the bandwidth, set the time
         list(pool.map(lambda d: _download(d[1], d[2], out / d[1].rsplit("/", 1)[-1]), the_plan.downloads))
+    for url, sha256 in sdists:
+        _download(url, sha256, out / url.rsplit("/", 1)[-1])
     wanted = {d[1].rsplit("/", 1)[-1] for d in the_plan.downloads}
     for src in [ROOT, *the_plan.builds]:  # pure-Python wheels (hatchling): one serves every Python and platform
         r = subprocess.run([_uv(), "build", "--wheel", "--out-dir", str(out), str(src)], capture_output=True, text=True)

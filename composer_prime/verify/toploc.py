@@ -34,7 +34,8 @@ class ProofError(RuntimeError):
     """Proofs could not be built (toploc fell back to null proofs) or toploc is missing."""
 
 
-def _toploc():
+def require():
+    """toploc and its verifier; ProofError, naming the install command, where it is not installed."""
     try:
         import toploc
         from toploc.C.csrc.poly import verify_proofs_base64
@@ -50,7 +51,7 @@ def topk_for(hidden_size: int) -> int:
 
 def build(states: torch.Tensor) -> list[str]:
     """Proofs for completion states [N, H] (one row per generated token), one per CHUNK rows."""
-    toploc, _ = _toploc()
+    toploc, _ = require()
     k = topk_for(states.shape[-1])
     rows = list(states.detach().to("cpu", torch.bfloat16).contiguous())
     proofs = toploc.build_proofs_base64(rows, CHUNK, k, skip_prefill=True)
@@ -68,7 +69,7 @@ class ChunkCheck:
 
 def measure(states: torch.Tensor, proofs: list[str]) -> list[ChunkCheck]:
     """Each proof against the trusted states [N, H] of the same completion tokens."""
-    _, verify = _toploc()
+    _, verify = require()
     trusted = states.detach().to("cpu", torch.bfloat16).contiguous()
     return [ChunkCheck(int(r.exp_mismatches), float(r.mant_err_mean), float(r.mant_err_median))
             for r in verify(trusted, list(proofs), CHUNK, topk_for(states.shape[-1]))]

@@ -110,7 +110,10 @@ class Worker:
             raise Ejected(f"the pool at {self.url} answered the join with something else: {e}") from None
 
     async def run(self) -> int:
-        """Work until the pool ends (or `max_leases` submissions); returns how many were sent."""
+        """Work until the pool ends (or `max_leases` submissions); returns how many were sent. ProofError at once
+        where TOPLOC is not installed: a node that cannot prove its work must not take leases (each would
+        fail, and the run would wait out every lease's deadline)."""
+        toploc.require()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.http_timeout_s), connector=self._connector())
         try:
             info = await self.join()

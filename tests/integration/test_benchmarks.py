@@ -256,6 +256,18 @@ def test_cuda_refused_without_it(case, tmp_path):
     assert "--device cuda" in r.stderr and not (tmp_path / "work").exists()
 
 
+def test_volunteers_without_toploc_refused(tmp_path):
+    """Every result of benchmarks/volunteers.py proves or verifies: where TOPLOC is not installed it is one
+    line and exit code 2 before any server starts (it waited out its leases: 60 s, the GPU check's box)."""
+    hide = ("import runpy, sys; sys.modules['toploc'] = None; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", hide, str(BENCHMARKS / "volunteers.py"), "--result", "calibration", "--models",
+                        "tiny", "--work", str(tmp_path / "work"), "--results", str(tmp_path / "results")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, len(r.stderr.splitlines())) == (2, "", 1), r.stderr
+    assert r.stderr.startswith("error: TOPLOC is not installed") and not (tmp_path / "work").exists()
+
+
 def test_parallel_runs_of_distill_ab_replay_ab_real_model_learning(tmp_path, capsys):
     """Their runs side by side (benchmarks/support/runs.py): a failed run is named with its log while
     the others finish, a run on a budget is stopped at it (and that is success), and the end is non-zero."""

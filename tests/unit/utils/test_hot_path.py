@@ -46,7 +46,7 @@ def test_the_cache_is_bounded(tok, monkeypatch):
 
 
 def test_long_lived_freezes_the_heap_and_gives_it_back():
-    assert gc.get_freeze_count() == 0
+    before = gc.get_freeze_count()  # 0 on 3.11; CPython 3.12.1 starts with a few hundred frozen (375 seen)
     with long_lived():
-        assert gc.get_freeze_count() > 1000  # this process's modules, at least
-    assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() > before + 1000  # this process's modules, at least
+    assert gc.get_freeze_count() <= before  # gc.unfreeze gives back all, the interpreter's own included
