@@ -18,6 +18,10 @@ Steps and their time boxes on CUDA (expected on one H100: about 4 minutes in all
   128 and 512 of the compiled step (`ours-compile`: torch.compile, then recorded; 427 kernels a step at
   SmolLM2's shape against 1,364 op by op, benchmarks/README.md), the variant issue 35's part 5 targets
   (100k new tokens/s at batch 128, 200k at 512 on one H100), its results in `<results>/compiled/`.
+All the steps but `decode_compiled` run within one budget (`--budget`, 360 s): a step's box is cut to
+what is left of it, and a step with under 10 s left is skipped, saying so. A step out of time gets
+SIGINT first, so that what it finished is kept (pytest writes its junit report of the tests done so
+far), and is killed 10 s later.
 The CPU variant (`--device cpu --smallest`) runs every step at its smallest on the CPU, so that the
 command cannot rot where no GPU is: about 2 minutes on the 2-core machine.
 
@@ -31,11 +35,13 @@ directory to bring it back. Exit code 0 when every step is ok or skipped, else 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -60,7 +66,7 @@ def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = F
         return ["--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}"]
     quick = ["--max_steps", "1", *small_rl] if smallest else []
     smollm2_cfg = "configs/quickstart.toml" if smallest else "configs/smollm2-135m-gpu.toml"  # the CPU: the step's machinery
-    more = [{"name": "decode_compiled", "box": 240, "results": res / "compiled" / "real_model.json",
+    more = [{"name": "decode_compiled", "box": 240, "extra": True, "results": res / "compiled" / "real_model.json",
              "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", "--variants", "ours-compile",
                      *(decode if smallest else ["--batches", "128,512", "--quick"]), "--repeats", "1",
                      "--results", str(res / "compiled"), "--work", str(work / "decode")]}] if compiled else []
@@ -100,8 +106,13 @@ def read_results(path: Path | None) -> dict:
     return {"keys": sorted(json.loads(path.read_text()))}
 
 
-def run_step(step: dict, out: Path, scale: float) -> dict:
-    box = step["box"] * scale
+GRACE_S = 10.0  # a step out of time is interrupted (SIGINT), then killed this much later
+MIN_BOX_S = 10.0  # less budget than this left: the step is skipped, not started
+
+
+def run_step(step: dict, out: Path, box: float) -> dict:
+    """Run one step in its box. Out of time, its process group gets SIGINT first, so that what finished is
+    written (pytest writes its junit report of the tests done so far), then SIGKILL after GRACE_S."""
     record = {"step": step["name"], "command": " ".join(step["cmd"]), "box_s": round(box)}
     if step.get("needs") and importlib.util.find_spec(step["needs"]) is None:
         return record | {"status": "skipped", "why": f"{step['needs']} is not installed", "seconds": 0.0}
@@ -112,11 +123,36 @@ def run_step(step: dict, out: Path, scale: float) -> dict:
             rc = proc.wait(timeout=box)
             status = "ok" if rc == 0 else "failed"
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the step and everything it started
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):  # the step and everything it started
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc, status = None, "timed out"
     return record | {"status": status, "returncode": rc, "seconds": round(time.monotonic() - start, 1),
                      "results": read_results(step["results"])}
+
+
+def run_steps(steps: list[dict], out: Path, scale: float, budget: float) -> list[dict]:
+    """Every step in turn, each in its box (times `scale`) and all of them within `budget` seconds (the steps
+    marked `extra` outside it): a box is cut to what is left, and a step with under MIN_BOX_S left is skipped."""
+    records, end = [], time.monotonic() + budget
+    for step in steps:
+        left = float("inf") if step.get("extra") else end - time.monotonic()
+        box = min(step["box"] * scale, left - GRACE_S)  # its grace, too, within the budget
+        if box < MIN_BOX_S:
+            record = {"step": step["name"], "command": " ".join(step["cmd"]), "box_s": 0, "status": "skipped",
+                      "why": f"the check's {budget:.0f} s budget is spent", "seconds": 0.0}
+        else:
+            print(f"[gpu_check] {step['name']}: up to {box:.0f} s", file=sys.stderr, flush=True)
+            record = run_step(step, out, box)
+        (out / f"{step['name']}.json").write_text(json.dumps(record, indent=1))
+        print(f"[gpu_check] {step['name']}: {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
+        records.append(record)
+    return records
 
 
 def main() -> None:
@@ -126,7 +162,10 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "gpu-check")
     p.add_argument("--work", type=Path, default=ROOT / "outputs" / "gpu-check")
     p.add_argument("--decode-compiled", action="store_true", help="also the compiled step's decode (up to 4 minutes more)")
-    p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every step's time box (a slower machine)")
+    p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every step's time box and the budget "
+                   "(a slower machine)")
+    p.add_argument("--budget", type=float, default=360.0, help="seconds for all the steps but --decode-compiled's "
+                   "(default: the six minutes); a box is cut to what is left")
     a = p.parse_args()
     if a.device == "cuda":
         import torch
@@ -135,13 +174,8 @@ def main() -> None:
             p.error("--device cuda: torch sees no CUDA device here (the CPU variant: --device cpu --smallest)")
     out, work = a.results.resolve(), a.work.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    records = []
-    for step in steps(a.device, a.smallest, out, work, a.decode_compiled):
-        print(f"[gpu_check] {step['name']}: up to {step['box'] * a.budget_scale:.0f} s", file=sys.stderr, flush=True)
-        record = run_step(step, out, a.budget_scale)
-        (out / f"{step['name']}.json").write_text(json.dumps(record, indent=1))
-        print(f"[gpu_check] {step['name']}: {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
-        records.append(record)
+    records = run_steps(steps(a.device, a.smallest, out, work, a.decode_compiled), out, a.budget_scale,
+                        a.budget * a.budget_scale)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     summary = {"machine": platform.node(), "date": datetime.date.today().isoformat(), "commit": commit, "device": a.device,
                "smallest": a.smallest, "steps": records}

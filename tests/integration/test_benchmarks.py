@@ -379,6 +379,34 @@ def test_gpu_check(tmp_path):
     assert {"summary", "bound"} <= set(json.loads((results / "real_model.json").read_text())["decode"]["cpu"])
 
 
+def test_gpu_check_boxes_interrupt_first_and_keep_to_the_budget(tmp_path, monkeypatch):
+    """A step out of its box gets SIGINT first (pytest then writes the junit report of what it finished:
+    a GPU session's results are not lost with its last test) and SIGKILL GRACE_S later if it ignores it;
+    all steps keep within one budget, a box cut to what is left and a step with too little left skipped."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import gpu_check
+
+    monkeypatch.setattr(gpu_check, "GRACE_S", 1.0)
+    monkeypatch.setattr(gpu_check, "MIN_BOX_S", 1.0)
+    kept = tmp_path / "kept.txt"
+    on_int = ("import pathlib, signal, sys, time; signal.signal(signal.SIGINT, lambda *a: (pathlib.Path(sys.argv[1])"
+              ".write_text('what finished'), sys.exit(3))); print('started', flush=True); time.sleep(60)")
+    deaf = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    quick = "print('done')"
+    # boxes of 5 s: time for a loaded machine to start Python and set its handlers before the SIGINT
+    steps = [{"name": "interrupted", "box": 5, "results": None, "cmd": [sys.executable, "-c", on_int, str(kept)]},
+             {"name": "deaf", "box": 5, "results": None, "cmd": [sys.executable, "-c", deaf]},
+             {"name": "over", "box": 30, "results": None, "cmd": [sys.executable, "-c", quick]},
+             {"name": "extra", "box": 30, "extra": True, "results": None, "cmd": [sys.executable, "-c", quick]}]
+    records = {r["step"]: r for r in gpu_check.run_steps(steps, tmp_path, 1.0, budget=12.4)}
+    assert kept.read_text() == "what finished" and (tmp_path / "interrupted.log").read_text() == "started\n"
+    assert [(r["status"], r["box_s"]) for r in records.values()] == [("timed out", 5), ("timed out", 5), ("skipped", 0),
+                                                                      ("ok", 30)]
+    assert 5 <= records["interrupted"]["seconds"] < 6 <= records["deaf"]["seconds"] < 8  # the deaf one killed after the grace
+    assert records["over"]["why"] == "the check's 12 s budget is spent"
+    assert json.loads((tmp_path / "over.json").read_text()) == records["over"]
+
+
 # the quickstart's batch (128, groups of 8, 16 tokens) for 5 steps, once, the current code only (a baseline
 # is a second measurement: as much time again); about 15 s, nearly all of it the server's and the orchestrator's start
 SMALLEST["orchestrator_ceiling"] = lambda: ["--steps", "5", "--repeats", "1"]
