@@ -369,12 +369,13 @@ def test_gpu_check(tmp_path):
     out = run("gpu_check", tmp_path)
     results = tmp_path / "not-yet" / "results"
     assert (out["device"], out["smallest"]) == ("cpu", True) and set(out) >= {"machine", "date", "commit"}
-    assert [s["step"] for s in out["steps"]] == ["gpu_tier", "decode", "quickstart", "smollm2", "volunteers"]
+    assert [s["step"] for s in out["steps"]] == ["gpu_tier", "decode", "quickstart", "smollm2", "volunteers", "gpu_compiled"]
     assert all(s["status"] == "ok" and 0 < s["seconds"] <= s["box_s"] for s in out["steps"]), out["steps"]
     for s in out["steps"]:
         assert json.loads((results / f"{s['step']}.json").read_text()) == s and (results / f"{s['step']}.log").stat().st_size
     steps = {s["step"]: s for s in out["steps"]}
     assert steps["gpu_tier"]["results"]["tests"] >= 5 and steps["gpu_tier"]["results"]["skipped"] >= 5  # no CUDA here
+    assert steps["gpu_compiled"]["results"] == {"tests": 1, "failures": 0, "errors": 0, "skipped": 1}
     assert steps["smollm2"]["results"]["steps"] == 1  # the step's machinery on the quickstart's config
     assert {"summary", "bound"} <= set(json.loads((results / "real_model.json").read_text())["decode"]["cpu"])
 
