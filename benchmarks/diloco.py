@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import netem  # noqa: E402
+from support.cli import commit, git  # noqa: E402
 from support.spread import spread  # noqa: E402
 
 from composer_prime.utils.logs import setup  # noqa: E402
@@ -185,9 +186,8 @@ PARTS = {"bytes": bytes_result, "reward": reward_result, "link": link_result}
 
 
 def stamp() -> dict:
-    git = lambda *args: subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()  # noqa: E731
     return {"machine": f"{platform.machine()} cores={os.cpu_count()}", "date": datetime.date.today().isoformat(),
-            "commit": git("rev-parse", "--short", "HEAD"),
+            "commit": commit(),
             "changed_since_commit": bool(git("status", "--porcelain", "--", "composer_prime/trainer", "composer_prime/config"))}
 
 

@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PY = sys.executable
 
+from benchmarks.support.cli import commit  # noqa: E402
 from composer_prime.utils.net import free_port  # noqa: E402
 
 
@@ -186,8 +187,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     records = run_steps(steps(a.device, a.smallest, out, work, a.decode_compiled), out, a.budget_scale,
                         a.budget * a.budget_scale)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    summary = {"machine": platform.node(), "date": datetime.date.today().isoformat(), "commit": commit, "device": a.device,
+    summary = {"machine": platform.node(), "date": datetime.date.today().isoformat(), "commit": commit(), "device": a.device,
                "smallest": a.smallest, "steps": records}
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
     print("| step | status | seconds | time box |\n|---|---|---|---|")

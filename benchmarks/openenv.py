@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_ab import ROOT, warm_start  # noqa: E402
 from replay_ab import serving  # noqa: E402
+from support.cli import commit, git  # noqa: E402
 from support.heldout import healthy  # noqa: E402
 from support.spread import spread  # noqa: E402
 
@@ -120,11 +121,8 @@ async def race(systems: dict, steps: int, repeats: int) -> list[dict]:
 
 
 def stamp() -> dict:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
     return {"machine": f"{platform.machine()} cores={os.cpu_count()}", "python": platform.python_version(),
-            "date": datetime.date.today().isoformat(), "commit": git("rev-parse", "--short", "HEAD"),
+            "date": datetime.date.today().isoformat(), "commit": commit(),
             "runtime_changed_since_commit": bool(git("status", "--porcelain", "--", "composer_prime/env_runtime"))}
 
 

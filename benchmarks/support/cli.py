@@ -1,7 +1,7 @@
 """The command line of the benchmarks that launch `rl` runs (real_model, distill_ab, replay_ab):
 a bad argument as one line with exit code 2, `--device` and `--parallel`, what a device asks of each
 run (its environment, its rl flags, and its share of one GPU), and the stamp of a result (machine,
-date, commit)."""
+date, commit: every benchmark's, `commit()`)."""
 
 from __future__ import annotations
 
@@ -80,8 +80,21 @@ def machine(device: str, threads: int | None = None) -> str:
     return f"{names[0] if names else platform.processor()} " + (f"({threads} thread)" if threads else f"({os.cpu_count()} cores)")
 
 
+def git(*args: str) -> str:
+    """What git prints in the checkout; "" where it fails, or where there is no git or no repository."""
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def commit() -> str:
+    """The checkout's short commit; a copy of the tree without its repository (on a GPU machine, say) names it
+    in $COMPOSER_PRIME_COMMIT, else it is "unknown"."""
+    return git("rev-parse", "--short", "HEAD") or os.environ.get("COMPOSER_PRIME_COMMIT") or "unknown"
+
+
 def stamp(device: str, threads: int | None = None) -> dict:
     """Machine, date and commit of a result."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return {"machine": machine(device, threads), "date": datetime.date.today().isoformat(), "commit": commit.stdout.strip(),
+    return {"machine": machine(device, threads), "date": datetime.date.today().isoformat(), "commit": commit(),
             "device": device}

@@ -380,6 +380,20 @@ def test_gpu_check(tmp_path):
     assert {"summary", "bound"} <= set(json.loads((results / "real_model.json").read_text())["decode"]["cpu"])
 
 
+def test_a_tree_without_git_is_stamped_from_its_environment(monkeypatch):
+    """Every result names its commit (benchmarks/support/cli.commit); a copy of the tree with no git or no
+    repository (a GPU machine's) neither crashes at the end of its run nor stamps an empty string."""
+    from benchmarks.support import cli
+
+    here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    assert cli.commit() == here.strip() != ""
+    monkeypatch.setenv("PATH", "")  # no git at all
+    monkeypatch.delenv("COMPOSER_PRIME_COMMIT", raising=False)
+    assert cli.commit() == "unknown"
+    monkeypatch.setenv("COMPOSER_PRIME_COMMIT", "ca14c21")
+    assert cli.commit() == "ca14c21"
+
+
 def test_gpu_check_boxes_interrupt_first_and_keep_to_the_budget(tmp_path, monkeypatch):
     """A step out of its box gets SIGINT first (pytest then writes the junit report of what it finished:
     a GPU session's results are not lost with its last test) and SIGKILL GRACE_S later if it ignores it;
