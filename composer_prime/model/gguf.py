@@ -116,8 +116,14 @@ def convert(path: Path, tmp: Path) -> None:
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    except (ValueError, KeyError, OSError) as e:  # transformers' way of saying the file holds what it cannot map
-        raise ValueError(f"{path} cannot be converted by transformers: {str(e).splitlines()[0]}") from None
+    except (ValueError, KeyError, OSError, AttributeError, TypeError) as e:
+        # transformers' way of saying the file holds what it cannot map, or a gap in its GGUF reader: 5.17's
+        # tokenizer reader fails on a file with an EOS and no BOS token (AttributeError; 5.19 reads it)
+        import transformers
+
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{path} cannot be converted by transformers {transformers.__version__}: "
+                         f"{type(e).__name__}: {first}") from None
     # A GGUF-loaded model refuses save_pretrained while it carries the quantisation config: a fresh
     # model of its class holds the same (dequantised) weights without it.
     if hasattr(loaded.config, "quantization_config"):
