@@ -398,8 +398,7 @@ def test_gpu_check_boxes_interrupt_first_and_keep_to_the_budget(tmp_path, monkey
     """A step out of its box gets SIGINT first (pytest then writes the junit report of what it finished:
     a GPU session's results are not lost with its last test) and SIGKILL GRACE_S later if it ignores it;
     all steps keep within one budget, a box cut to what is left and a step with too little left skipped."""
-    sys.path.insert(0, str(BENCHMARKS))
-    import gpu_check
+    from benchmarks import gpu_check  # as a package: benchmarks/ on sys.path would shadow environments' packages
 
     monkeypatch.setattr(gpu_check, "GRACE_S", 0.5)
     monkeypatch.setattr(gpu_check, "MIN_BOX_S", 1.0)
