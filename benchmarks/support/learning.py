@@ -2,7 +2,8 @@
 
 For each seed (--seeds), the device's config (configs/smollm2-135m.toml on the CPU, -gpu.toml on
 CUDA, or --config with --rl-flags) runs as shipped but for --minutes of wall time (45 on the CPU, 10 on CUDA: the targets of
-issue 25), its steps raised so that the clock, not max_steps, ends it. From the orchestrator's
+issue 25), its steps raised so that the clock, not max_steps, ends it; or, with --max-steps N, for N steps and
+no clock at all (what a test runs: a budget in steps holds on a host of any speed). From the orchestrator's
 metrics: the held-out reward at each evaluation (the config's interval) against minutes since
 launch; the rise from the first evaluation (the converted weights) to the last one inside the
 budget. Also start-up (launch to the first step), steps done, seconds per step, peak RSS per
@@ -32,17 +33,18 @@ MINUTES = {"cpu": 45.0, "cuda": 10.0}
 
 
 def job(a: argparse.Namespace, seed: int) -> tuple[Job, list[str]]:
-    """One seed's run, the config as shipped on the device and stopped after --minutes; and its rl
-    arguments as the result shows them (no ports: they are this machine's)."""
+    """One seed's run, the config as shipped on the device and stopped after --minutes (or at --max-steps);
+    and its rl arguments as the result shows them (no ports: they are this machine's)."""
     run = a.work / f"learning-{a.device}-seed{seed}"
     shutil.rmtree(run, ignore_errors=True)
     shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else run
     flags = shlex.split(a.rl_flags)
-    args = ["@", a.config, "--output_dir", str(shown), "--seed", str(seed), "--max_steps", "100000",
+    args = ["@", a.config, "--output_dir", str(shown), "--seed", str(seed), "--max_steps", str(a.max_steps or 100000),
             *device_flags(a.device), *flags]
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", *args, "--inference.port", str(inference_port()),
            "--transport.address", f"tcp://127.0.0.1:{free_port()}", *share_flags(a.device, a.parallel, flags)]
-    return Job(f"seed {seed}", cmd, run / "bench.log", a.minutes * 60, device_env(a.device)), args
+    budget = None if a.max_steps else a.minutes * 60
+    return Job(f"seed {seed}", cmd, run / "bench.log", budget, device_env(a.device)), args
 
 
 def one_seed(a: argparse.Namespace, seed: int, args: list[str], r: dict, load: float) -> dict:
@@ -54,9 +56,9 @@ def one_seed(a: argparse.Namespace, seed: int, args: list[str], r: dict, load: f
     trainer = metrics_rows(run / "trainer" / "metrics.jsonl")
     start = r["start"]
     evals = [{"minute": round((m["time"] - start) / 60, 2), "step": m["step"], "version": m.get("eval_version"),
-              "reward": m["eval_reward"]} for m in orch if "eval_reward" in m and m["time"] - start <= a.minutes * 60]
+              "reward": m["eval_reward"]} for m in orch if "eval_reward" in m and (a.max_steps or m["time"] - start <= a.minutes * 60)]
     if not evals:
-        raise SystemExit(f"seed {seed} evaluated nothing within {a.minutes} minutes")
+        raise SystemExit(f"seed {seed} evaluated nothing within {budget_words(a)}")
     steps = [m["time"] for m in trainer]
     return {"seed": seed, "command": " ".join(["rl", *args]), "load_average": [load, os.getloadavg()[0]],
             "startup_s": round(orch[0]["time"] - orch[0].get("wait_s", 0) - start, 1) if orch else None,
@@ -66,8 +68,12 @@ def one_seed(a: argparse.Namespace, seed: int, args: list[str], r: dict, load: f
             "start": r["start"], "end": r["end"], "wall_s": r["wall_s"]}
 
 
+def budget_words(a: argparse.Namespace) -> str:
+    return f"{a.max_steps} steps" if a.max_steps else f"{a.minutes:g} minutes"
+
+
 def learning(a: argparse.Namespace) -> dict:
-    a.minutes = a.minutes or MINUTES[a.device]
+    a.minutes = None if a.max_steps else (a.minutes or MINUTES[a.device])
     config = Path(a.config).resolve() if a.config else ROOT / CONFIGS[a.device]  # rl runs in ROOT
     a.config = str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config)
     jobs = {seed: job(a, seed) for seed in a.seeds}  # seed -> (its Job, its rl arguments)
@@ -83,14 +89,15 @@ def learning(a: argparse.Namespace) -> dict:
     print(runs_table(records, a.parallel) + "\n")
     exit_if_failed(records)
     out = [seeds[s] for s in a.seeds]
-    return {"config": a.config, "rl_flags": a.rl_flags, "minutes": a.minutes, "cores": os.cpu_count(),
+    return {"config": a.config, "rl_flags": a.rl_flags, "minutes": a.minutes, "max_steps": a.max_steps, "cores": os.cpu_count(),
             "parallel": a.parallel, "wall": span(records), "seeds": out,
             "rises_on_every_seed": all(s["rise"] > 0 for s in out)}
 
 
 def table(name: str, r: dict) -> str:
-    rows = [f"{name} on {r['machine']}, {r['date']}, commit {r['commit']}: {r['config']} for {r['minutes']:g} minutes "
-            f"of wall time per seed, {r['cores']} cores, {r.get('parallel', 1)} at once", "| seed | start-up s | steps | s/step | "
+    budget = f"{r['max_steps']} steps" if r.get("max_steps") else f"{r['minutes']:g} minutes of wall time"
+    rows = [f"{name} on {r['machine']}, {r['date']}, commit {r['commit']}: {r['config']} for {budget} "
+            f"per seed, {r['cores']} cores, {r.get('parallel', 1)} at once", "| seed | start-up s | steps | s/step | "
             "held-out: first -> last (minute) | rise | wall s | load average | peak RSS MB (inference / orchestrator / "
             "trainer) |", "|---|---|---|---|---|---|---|---|---|"]
     for s in r["seeds"]:

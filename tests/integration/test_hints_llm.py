@@ -127,9 +127,8 @@ def test_llm_hint_is_asked_once_then_cached_and_the_cache_file_reloads(server, t
 def test_llm_hinter_gives_up_at_its_timeout(server):
     server.mode = "slow"
     h = LLMHinter(server.url, "hint-model", timeout_s=0.3)
-    t0 = time.monotonic()
+    # the slow server does answer, with a valid hint, 1 s later: None means the hinter gave up first (no clock read)
     assert ask(h, context(), times=1) == [None]
-    assert time.monotonic() - t0 < 0.9  # it gave up well before the server's 1 s answer
     assert (h.calls, h.failures, h.hits, h.cache) == (1, 1, 0, {}) and len(server.requests) == 1
 
 

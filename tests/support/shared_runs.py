@@ -46,15 +46,23 @@ T = TypeVar("T")
 def once(name: str, tmp_path_factory: pytest.TempPathFactory, make: Callable[[Path], T]) -> T:
     """`make(directory)`, run by the first worker of this session to ask; every other worker waits for it (an
     exclusive lock) and gets the same result (pickled beside it). Workers' base directories are siblings
-    (popen-gw0, popen-gw1, ...); without workers the parent is the session's own."""
+    (popen-gw0, popen-gw1, ...); without workers the parent is the session's own.
+
+    A maker that dies without raising (pytest-timeout's thread method ends its worker with os._exit, the OOM
+    killer, a crash) leaves its `.started` marker and no result: the next reader, once the dead maker's lock
+    is released, fails at once saying so, where it would silently make the whole run again."""
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    done, failed = root / f"{name}.pickle", root / f"{name}.failed"
+    done, failed, started = root / f"{name}.pickle", root / f"{name}.failed", root / f"{name}.started"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists() and started.exists() and not failed.exists():
+            failed.write_text(f"its maker ({started.read_text()}) died before it finished (killed by pytest-timeout, "
+                              "or by the system): see that worker's output")
         if failed.exists():
             pytest.fail(f"the shared run {name} failed for an earlier reader:\n{failed.read_text()}")
         if not done.exists():
+            started.write_text(f"pid {os.getpid()}, worker {os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
             try:
                 result = make(Path(tmp_path_factory.mktemp(name)))
             except BaseException as e:
