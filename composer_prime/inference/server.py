@@ -5,7 +5,7 @@ Routes: /v1/models, /v1/completions, /v1/chat/completions (OpenAI shapes, with l
 verifiers' training client calls; `n` completions of one prompt in one request), /inference/v1/score (top-k next-token log-probs of a given
 sequence: a teacher's distribution for distillation), /inference/v1/audit (a volunteer's completion
 measured against this server's weights: TOPLOC proofs and sampling, verify/), /update_weights
-(hot-load a step directory), /health.
+(hot-load a step directory), /health (with `running`: what the engine runs, read from its objects).
 Every response carries the serving weight version (header X-Weight-Version, and in JSON).
 With a token, the routes that change state (/update_weights) want `Authorization: Bearer <token>`
 and answer 401 without it; serve.py insists on one when the server listens beyond loopback.
@@ -105,6 +105,28 @@ class VersionHeader:
         await self.app(scope, receive, stamped)
 
 
+def running(engine: Engine) -> dict:
+    """What the engine runs, read from its objects rather than from its config: the loaded weights'
+    device and dtype, and how the decode step runs: "off" (op by op), "compile" (torch.compile'd; on
+    CUDA then recorded) or "capture" (recorded CUDA graphs), with the graphs recorded so far. Empty for an
+    engine that exposes neither (vLLM), and before the engine has loaded."""
+    out: dict = {}
+    model = getattr(engine, "model", None)
+    if model is not None:
+        params = list(model.parameters())
+        out["device"] = ",".join(sorted({p.device.type for p in params}))
+        out["dtype"] = ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in params}))
+    step = getattr(getattr(engine, "scheduler", None), "step", None)
+    if step is not None:
+        from composer_prime.inference.engines.hf.graphs import GraphedStep
+
+        graphed = isinstance(step, GraphedStep)
+        compiled = hasattr(step.step if graphed else step, "_torchdynamo_orig_callable")  # what torch.compile returns
+        out["graphs"] = "compile" if compiled else "capture" if graphed else "off"
+        out["graphs_recorded"] = len(step.graphs) if graphed else 0
+    return out
+
+
 def build_app(state: ServerState, token: str | None = None) -> FastAPI:
     """The routes over `state`; with `token`, control routes need it as a Bearer token."""
     app = FastAPI(title="composer-prime inference")
@@ -122,7 +144,7 @@ def build_app(state: ServerState, token: str | None = None) -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "model": state.engine.model_name, "dtype": getattr(state.engine, "dtype", None),
-                "weight_version": state.version,
+                "running": running(state.engine), "weight_version": state.version,
                 "weights_path": state.weights_path, **state.stats}
 
     @app.get("/v1/models")
