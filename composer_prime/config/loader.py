@@ -123,6 +123,9 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
 
 
+BARE = "command line, with no value"  # the provenance of a bare `--key`: on
+
+
 def parse_argv(argv: list[str]) -> tuple[dict, dict[str, str], bool]:
     """Returns (raw tree, provenance of each dotted key, dry_run)."""
     tree: dict = {}
@@ -156,16 +159,33 @@ def parse_argv(argv: list[str]) -> tuple[dict, dict[str, str], bool]:
             else:
                 value = True
             _set_dotted(tree, key, value)
-            record(provenance, key, value, "command line")
+            record(provenance, key, value, BARE if value is True and "=" not in arg else "command line")
         else:
             raise ConfigError(f"unexpected argument '{arg}' (use '@ file.toml' or '--key value')")
         i += 1
     return tree, provenance, dry_run
 
 
+_MISSING = object()
+
+
+def check_bare_flags(config: BaseModel, provenance: dict[str, str], prefix: tuple = ()) -> None:
+    """A bare `--key` means on, so it is only for on/off keys: `--max_steps` with its value forgotten was taken as
+    max_steps = 1 (pydantic reads True as 1). Checked on each validated config (`prefix`: where it sits in the
+    whole), where each key's type is known; a section still held as a table is checked when it is validated."""
+    head = ".".join(prefix) + "." if prefix else ""
+    for key in [k for k, where in provenance.items() if where == BARE and k.startswith(head)]:
+        value: Any = config
+        for part in key.removeprefix(head).split("."):
+            value = value.get(part, _MISSING) if isinstance(value, dict) else getattr(value, part, _MISSING)
+        if value is not _MISSING and not isinstance(value, bool):
+            raise ConfigError(f"--{key} was given no value (command line): write --{key} VALUE (a bare flag is only "
+                              "for on/off keys)")
+
+
 def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tuple = ()) -> T:
     try:
-        return model.model_validate(tree)
+        config = model.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
         loc = (*prefix, *err["loc"])
@@ -177,6 +197,8 @@ def validate(model: type[T], tree: dict, provenance: dict[str, str], prefix: tup
         if err["type"] == "missing":
             raise ConfigError(f"{key}: required; set it in a config file or with --{key}{more}") from None
         raise ConfigError(f"{key}: {msg} ({place_of(loc, provenance)}){more}") from None
+    check_bare_flags(config, provenance, prefix)
+    return config
 
 
 def check(config: BaseModel, checks: dict[str, Check], provenance: dict[str, str], prefix: str = "") -> None:

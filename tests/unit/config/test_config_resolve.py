@@ -65,3 +65,19 @@ def test_command_line_values_are_json_then_toml_then_strings():
                              "--output_dir", "outputs/a b", "--model", "tiny"])
     assert tree["orchestrator"]["envs"] == [{"id": "tool-calc", "args": {"num_tasks": 5}}]
     assert tree["inference"]["cpus"] == [0] and tree["output_dir"] == "outputs/a b" and tree["model"] == "tiny"
+
+
+@pytest.mark.parametrize("argv", [["--max_steps"], ["--max_steps", "--dry-run"], ["--trainer.optim.lr"], ["--seed", "@", "x.toml"]])
+def test_a_flag_given_no_value_is_refused_unless_it_is_on_off(argv, tmp_path):
+    """`--max_steps` with its value forgotten was max_steps = 1 (pydantic reads True as 1), a run of one step."""
+    from composer_prime.config.loader import ConfigError, load
+
+    (tmp_path / "x.toml").write_text("")
+    argv = [a if a != "x.toml" else str(tmp_path / "x.toml") for a in ["@", str(ROOT / "configs/quickstart.toml"), *argv]]
+    key = argv[2].removeprefix("--")
+    with pytest.raises(ConfigError, match=f"^--{key} was given no value \\(command line\\): write --{key} VALUE"):
+        config, prov, _ = load(RLConfig, argv)
+        config.split(prov)  # the processes' sections are validated here
+    config, prov, _ = load(RLConfig, ["@", str(ROOT / "configs/quickstart.toml"), "--resume", "--orchestrator.dynamic_sampling"])
+    _, orch, _ = config.split(prov)
+    assert config.resume is True and orch.dynamic_sampling is True  # on/off keys: a bare flag is on
