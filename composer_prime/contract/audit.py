@@ -5,13 +5,20 @@ The validator (volunteer/validator.py) asks a trusted server to measure a submis
 one TOPLOC check per proof chunk against its own prefill, and the sampling checks (verify/
 sampling.py). The validator applies the thresholds. `dtype` goes out as the run's audit dtype and
 comes back as the one the prefill used, which picks the thresholds.
+
+What a volunteer claimed is bounded here too (each proof at most PROOF_MAX_CHARS, token ids within
+range, finite log-probs: a 42.7 MB proof once cost 13 s of trusted audit, issue 43), and the answer
+carries the trusted log-prob of every completion token: an accepted volunteer's rollout trains on
+those, not on the ones it claimed (which may sit up to `logprob_tol` off them).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from composer_prime.contract.volunteer import MAX_TOKEN_ID, PROOF_MAX_CHARS
 
 
 class AuditRequest(BaseModel):
@@ -20,10 +27,10 @@ class AuditRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     weight_version: int  # the weights it claims: measured only against those (409 otherwise)
-    token_ids: list[int]
+    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]]
     prompt_len: int = Field(ge=1)
-    proofs: list[str]
-    logprobs: list[float]
+    proofs: list[Annotated[str, Field(max_length=PROOF_MAX_CHARS)]]
+    logprobs: list[Annotated[float, Field(le=0.0, allow_inf_nan=False)]]
     seed: int
     sampling_params: dict  # the lease's SamplingParams as JSON (the server reads it as SamplingParams)
     dtype: Literal["float32", "bfloat16"] | None = None  # the prefill's (None: the served one); the answer says which
@@ -47,6 +54,13 @@ class AuditAnswer(BaseModel):
     tokens: int
     min_pvalue: float = 1.0
     surprisal_z: float = 0.0
+    logprobs: list[float]  # the trusted sampling log-prob of each completion token (what the trainer uses)
+
+    @model_validator(mode="after")
+    def _one_logprob_per_token(self) -> "AuditAnswer":
+        if len(self.logprobs) != self.tokens:
+            raise ValueError(f"{len(self.logprobs)} trusted log-probs for {self.tokens} tokens")
+        return self
 
 
 class AuditRefused(ValueError):

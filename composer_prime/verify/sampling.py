@@ -25,7 +25,7 @@ logits at the completion's positions (no generation: one forward pass).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +41,7 @@ class SamplingCheck:
     tokens: int
     min_pvalue: float = 1.0  # n x the smallest p-value (capped at 1): for samplers no one can replay
     surprisal_z: float = 0.0
+    logprobs: list[float] = field(default_factory=list)  # the trusted ones: an accepted rollout trains on these
 
 
 def statistics(logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams) -> tuple[float, float]:
@@ -73,4 +74,5 @@ def check(logits: torch.Tensor, tokens: list[int], claimed: list[float], params:
     trusted = torch.log_softmax(z / max(params.temperature, 1e-5), -1).gather(-1, ids[:, None]).squeeze(-1)
     err = (trusted - torch.tensor(claimed)).abs().max().item() if n else 0.0
     pmin, zscore = statistics(logits, ids, params) if n else (1.0, 0.0)
-    return SamplingCheck(float(err), int((drawn != ids).sum()), float(far.max()) if n else 0.0, n, pmin, zscore)
+    return SamplingCheck(float(err), int((drawn != ids).sum()), float(far.max()) if n else 0.0, n, pmin, zscore,
+                         trusted.tolist())

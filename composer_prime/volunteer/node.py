@@ -3,8 +3,11 @@
 `complete` turns a request for n completions into n leases on this node (seed + i each: the pool
 picks the seed, never the node), waits for the submissions, and has each checked by the validator
 (volunteer/validator.py) before its caller gets it; the verdict rides on the completion (a rejected
-one is flagged and its group dropped by the `unverified` filter). A lease lost, or a submission no
-trusted server can check any more, is `NodeFailed`: the client gives the request to the next node.
+one is flagged and its group dropped by the `unverified` filter), and an accepted one carries the
+trusted log-probs the audit measured, not the node's claims (issue 43: a claim may sit up to the
+validator's `logprob_tol` off, and the trainer's importance ratios read these). A lease lost, or a
+submission no trusted server can check any more, is `NodeFailed`: the client gives the request to
+the next node.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class VolunteerNode(Node):
                 raise
             pool.verdict(sub.node_id, verdict)
             stopped = bool(sub.token_ids) and sub.token_ids[-1] in sampling.stop_token_ids
-            out.append(Completion(sub.token_ids, sub.logprobs, "stop" if stopped else "length", sub.weight_version,
-                                  verdict=verdict))
+            trusted = getattr(verdict, "logprobs", None)  # the validator's Verdict; a test's stand-in may say none
+            logprobs = sub.logprobs if verdict or trusted is None else trusted  # a rejected one's group is dropped
+            out.append(Completion(sub.token_ids, logprobs, "stop" if stopped else "length", sub.weight_version,
+                                  verdict=str(verdict)))
         return out

@@ -1,7 +1,9 @@
 """The wire contract with a volunteer's node (contract/volunteer.py): the prompt bound by hash, a
 submission signed over canonical bytes (any changed field breaks the signature; another key, a
 garbage signature: invalid, never an exception), and the shape checks a validator runs before
-any cost, a null TOPLOC proof included."""
+any cost, a null TOPLOC proof included; a request body parsed strictly and a submission typed and
+bounded by its lease before anything reads it (issue 43; the door's use of it: tests/unit/volunteer/
+test_door_schema.py)."""
 
 import base64
 import dataclasses
@@ -49,6 +51,10 @@ def test_any_changed_field_breaks_the_signature():
     ({"proofs": [PROOF]}, "1 proofs for 40 tokens"),
     ({"proofs": [PROOF, "not base64!"]}, "a proof is not base64"),
     ({"proofs": [PROOF, base64.b64encode(bytes(258)).decode()]}, "a null proof"),
+    ({"proofs": [PROOF, base64.b64encode(base64.b64decode(PROOF)[:256]).decode()]}, r"proofs of \[256, 258\] bytes: all of one top-k"),
+    ({"proofs": [PROOF, base64.b64encode(b"\0\0" + bytes(range(1, 129)) * 2).decode()]}, "modulus 0"),
+    ({"logprobs": [None] * 40}, "log-probs must be finite"),
+    ({"token_ids": list(range(39)) + [2**31]}, "token_ids: a list of token ids"),
 ])
 def test_malformed_submissions_are_refused_before_any_cost(change, why):
     s = submission(Ed25519PrivateKey.generate())
@@ -70,3 +76,26 @@ def test_a_hello_is_bound_to_its_node_route_and_time():
     stale_time = {**stale, "time": stale["time"] - 120}
     assert not hello_valid(stale_time, "lease")
     assert not hello_valid({"route": "lease"}, "lease")  # fields missing: invalid, never an exception
+
+
+def test_a_submission_is_parsed_against_its_lease():
+    from composer_prime.contract.volunteer import parse_submission
+
+    lease = Lease("L1", "reverse-text", [1, 2, 3], {"seed": 7, "max_tokens": 40}, 4, 1e12)
+    body = dataclasses.asdict(submission(Ed25519PrivateKey.generate()))
+    assert parse_submission(body, lease) == Submission(**body)
+    for bad, why in (({**body, "reward": 1.0}, r"a submission has no \['reward'\].*computes rewards itself"),
+                     ({k: v for k, v in body.items() if k != "proofs"}, r"needs \['proofs'\]"), ([body], "a JSON object")):
+        with pytest.raises(SchemaError, match=why):
+            parse_submission(bad, lease)
+    with pytest.raises(SchemaError, match="41 tokens"):
+        parse_submission(dataclasses.asdict(submission(Ed25519PrivateKey.generate(), 41)), lease)
+
+
+@pytest.mark.parametrize("raw,why", [(b'{"a": NaN}', "NaN is not JSON"), (b"[" * 100_000, "nested too deeply"),
+                                     (b"1" * 5000, "not JSON"), (b"\xff", "not JSON"), (b'{"a": 1', "not JSON")])
+def test_a_body_is_strict_json_or_a_schema_error(raw, why):
+    from composer_prime.contract.volunteer import loads
+
+    with pytest.raises(SchemaError, match=why):
+        loads(raw)

@@ -4,6 +4,7 @@ prefill; seeded draws are judged by the replay's distance alone, any other sampl
 statistics alone (verify/sampling.py), each at the thresholds of the audit's dtype."""
 
 import asyncio
+import base64
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -16,8 +17,8 @@ from composer_prime.volunteer.validator import Validator
 KEY = Ed25519PrivateKey.generate()
 LEASE = Lease("l1", "env", [1, 2, 3], {"seed": 9, "max_tokens": 8}, 4, 0.0)
 CLEAN = {"weight_version": 4, "replay_mismatches": 0, "tokens": 8, "dtype": "float32", "chunks": [{"exp_mismatches": 0, "mant_err_mean": 0.0, "mant_err_median": 0.0}],
-         "logprob_max_err": 0.0, "max_draw_distance": 0.0, "min_pvalue": 1.0, "surprisal_z": 0.0}
-PROOF = "AQID"  # three bytes, not null
+         "logprob_max_err": 0.0, "max_draw_distance": 0.0, "min_pvalue": 1.0, "surprisal_z": 0.0, "logprobs": [-0.5] * 8}
+PROOF = base64.b64encode(bytes(i % 255 + 1 for i in range(258))).decode()  # 258 bytes (2 + 2 x top-k 128), modulus 0x0102
 
 
 def verdict(sampler: str, measured: dict, **cfg) -> tuple[str, int]:
