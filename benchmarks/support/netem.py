@@ -1,8 +1,9 @@
 """A slow link between two islands, emulated: two network namespaces joined by a veth pair whose
 both ends shape traffic with `tc netem` (delay and rate), or `tc tbf` (rate only) where the kernel
-has no netem. The benchmark creates them and removes
-them itself; traffic stays between them (no route out). Needs root (or CAP_NET_ADMIN) and the
-`ip` and `tc` commands; `available()` says why not where they are missing.
+has no netem (`slow_link`; `linked` is the namespaces and link alone, which test_volunteers_tls.py
+uses). Whoever uses them creates and removes them; traffic stays between them (no route out). Needs
+root (or CAP_NET_ADMIN) and the `ip` and `tc` commands; `available()` says why not where they are
+missing.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ def shape(ns: str, dev: str, delay_ms: float, rate_mbit: float) -> str:
 
 
 @contextlib.contextmanager
-def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[str], list[str], list[str]]]:
-    """Yields, per side, the command prefix that runs a process in that side's namespace, the two
-    addresses and interface names, and what shapes the link: ([prefix_a, prefix_b], [addr_a, addr_b],
-    [dev_a, dev_b], shaping)."""
+def linked() -> Iterator[tuple[list[list[str]], list[str], list[str]]]:
+    """Two network namespaces joined by a veth pair, nothing else in them (no route out), removed
+    afterwards: per side, the command prefix that runs a process there, its address and its
+    interface's name ([prefix_a, prefix_b], [addr_a, addr_b], [dev_a, dev_b])."""
     tag = f"{PREFIX}{os.getpid() % 100000}"
     ns, dev, addr = [f"{tag}a", f"{tag}b"], [f"{tag}va", f"{tag}vb"], ["10.231.0.1", "10.231.0.2"]
     try:
@@ -50,12 +51,20 @@ def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[str], li
             sh("ip", "netns", "add", n)
             sh("ip", "-n", n, "link", "set", "lo", "up")
         sh("ip", "link", "add", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
-        shaping = ""
         for n, d, a in zip(ns, dev, addr):
             sh("ip", "-n", n, "addr", "add", f"{a}/24", "dev", d)
             sh("ip", "-n", n, "link", "set", d, "up")
-            shaping = shape(n, d, delay_ms, rate_mbit)
-        yield [["ip", "netns", "exec", n] for n in ns], addr, dev, shaping
+        yield [["ip", "netns", "exec", n] for n in ns], addr, dev
     finally:
         for n in ns:
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+@contextlib.contextmanager
+def slow_link(delay_ms: float, rate_mbit: float) -> Iterator[tuple[list[list[str]], list[str], list[str], str]]:
+    """`linked`'s namespaces, both ends of the link shaped: yields its three lists and what shapes the link."""
+    with linked() as (prefix, addr, dev):
+        shaping = ""
+        for p, d in zip(prefix, dev):
+            shaping = shape(p[-1], d, delay_ms, rate_mbit)
+        yield prefix, addr, dev, shaping

@@ -5,12 +5,18 @@ A worker whose token pins the run's certificate joins over https and hears where
 one whose token pins another certificate (someone else answering at that address: a man in the
 middle, a stale token) stops with one line instead of trusting the answer; a client that checks no
 certificate still sees only TLS (nothing readable in clear). A hello copied off the wire and sent
-again is refused, and so is a second use of a join."""
+again is refused, and so is a second use of a join. Beyond loopback the pool serves TLS with
+`volunteers.tls` unset (its default), seen from another host: two network namespaces the test makes
+(benchmarks/support/netem.py), the pool listening on 0.0.0.0 in one, a worker joining from the other
+(issue 42 part 3 item 4). A worker given an https pool and a token that pins nothing stops at once."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
+import subprocess
+import sys
 
 import aiohttp
 import pytest
@@ -25,6 +31,8 @@ from composer_prime.utils.net import free_port
 from composer_prime.volunteer.invites import Invites, store_path
 from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token, split_token
 from composer_prime.volunteer.worker import Ejected, Worker
+from benchmarks.support import netem
+from tests.conftest import ROOT
 from tests.support.bad_input import run_bad_input
 
 WEIGHTS = Directory("/run/weights")
@@ -100,3 +108,33 @@ def test_a_worker_told_to_join_in_clear_beyond_loopback_is_one_line_exit_2(tmp_p
     run_bad_input("composer_prime.entrypoints.worker", ["--join", "http://10.0.0.7:8600", "--token", "t", "--dry-run"],
                   "join: http://10.0.0.7:8600 is beyond loopback, where the pool serves https only (nothing in clear): "
                   "https://10.0.0.7:8600")
+
+
+def test_a_worker_given_an_https_pool_and_a_token_pinning_nothing_stops_before_any_request(tmp_path):
+    """Refused at the start (an Ejected: the worker's command says it in one line, exit 2, as for a wrong
+    token in test_volunteers.py); nothing listens at that port, so a worker that went on would wait there."""
+    cfg = WorkerConfig(join=f"https://127.0.0.1:{free_port()}", token="a-secret-alone", key_path=tmp_path / "w.key",
+                       work_dir=tmp_path / "w")
+    with pytest.raises(Ejected, match=r"^https://127\.0\.0\.1:\d+ is https but the token pins no certificate: use the "
+                                      r"token the run's operator gave \(SECRET\.PIN\)$"):
+        asyncio.run(Worker(cfg, Ed25519PrivateKey.generate()).run())
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=f"network namespaces: {netem.available()}")
+def test_a_pool_beyond_loopback_serves_tls_by_default_to_another_host(tmp_path):
+    run_dir, port = tmp_path / "run", 8600  # the namespaces are new: nothing else listens there
+    with netem.linked() as (prefix, addr, _):
+        pool = subprocess.Popen([*prefix[0], sys.executable, "-m", "tests.support.tls_pool", "serve", str(run_dir), "0.0.0.0",
+                                 str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            said = pool.stdout.readline().split()
+            assert len(said) == 2, pool.stderr.read()[-3000:] if pool.wait(30) is not None else said
+            probe = subprocess.run([*prefix[1], sys.executable, "-m", "tests.support.tls_pool", "probe", addr[0], str(port),
+                                    split_token(said[1])[1]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        finally:
+            pool.kill()
+            pool.wait()
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    seen = json.loads(probe.stdout)
+    assert (said[0], seen) == ("https", {"certificate": "the pinned one", "over_tls": "HTTP/1.1 403 Forbidden",
+                                         "in_clear": "no HTTP answer (0 bytes)"}), seen
