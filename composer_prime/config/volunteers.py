@@ -11,11 +11,18 @@ volunteers.py) admits a completion only when every check passes. Defaults and th
   docs/volunteers.md); the paper's 38 / 10 / 8 let one changed token through on a toy model;
 - float32 audits whatever the run serves in: bfloat16 audits let weights within its noise through;
 - log-prob tolerance and replay margin: calibrated the same way;
-- ejected at 2 strikes: a failed check is a strike (one can be bad luck at a threshold, two are a
-  pattern); a missed deadline or a submission checked too late (the trusted servers had moved on)
-  a quarter of one, so hoarding a group's 8 leases ejects; each accepted submission takes half a
-  strike off (an honest node's occasional miss fades, a cheat that passes with probability p
-  gains (1 - p) - p/2 strikes a lease: ejected unless p > 2/3);
+- ejected at 2 strikes, counted per volunteer (every key of an invite together): a failed check is
+  a strike (one can be bad luck at a threshold, two are a pattern), and it costs the run its whole
+  group (the `unverified` filter drops it); a lease lost (its deadline passed, or its node fell
+  silent) costs the run its whole request (the client sends every lease of it again), so it is
+  charged a quarter strike per lease of that request: a group's 8 leases, hoarded whole or one of
+  them, eject; a submission checked too late (the trusted servers had moved on) a quarter strike.
+  What honest work earns back is bounded (issue 43): a group's worth of accepted submissions
+  (`group_size` of them) takes half a strike off, and never the half of a rejection's or a withheld
+  lease's charge that is kept (`strike_kept`); so a volunteer that vetoes groups with one junk
+  lease each, or sits on one lease of a group, is ejected by its fourth veto, its first hoarded
+  request, however much honest work it does between them (an honest node's miss fades; a cheat
+  that passes with probability p gains (1 - p) - p/16 strikes a lease);
 - on probation for its first 16 accepted submissions: one request (a group's leases) in flight.
 """
 
@@ -88,9 +95,13 @@ class VolunteersConfig(Strict):
     keys_per_invite: int = Field(8, ge=1, description="nodes (keys) one invite may have in the pool")
     members_per_address: int = Field(16, ge=1, description="an open run: nodes one source address may have")
     max_members: int = Field(1024, ge=1, description="nodes the pool keeps (a silent one makes room; else refused)")
-    join_rate: float = Field(1.0, gt=0, description="joins per second from one source address (a bucket of "
-                                                    "`join_burst`)")
+    join_rate: float = Field(1.0, gt=0, description="joins per second per invite, or from one source address "
+                                                    "for an open run's token and wrong ones (a bucket of `join_burst`)")
     join_burst: int = Field(20, ge=1, description="the join bucket's size")
+    address_rate: float = Field(50.0, gt=0, description="refused heartbeat, lease and submit requests per second "
+                                                        "from one source address (not a member's, malformed, a "
+                                                        "bad signature, a replay); more: 429 before any check")
+    address_burst: int = Field(200, ge=1, description="the refusals bucket's size")
     heartbeat_s: float = Field(2.0, gt=0, description="a worker beats this often")
     dead_after: int = Field(3, ge=1, description="missed heartbeats after which a node is dead (its leases go "
                                                  "to other nodes)")
@@ -109,7 +120,10 @@ class VolunteersConfig(Strict):
                                                         "held by a node that went silent)")
     strike_unverifiable: float = Field(0.25, ge=0, description="strikes for a submission no trusted server could "
                                                               "check any more (it came after they moved on)")
-    strike_decay: float = Field(0.5, ge=0, description="strikes taken off by each accepted submission")
+    strike_decay: float = Field(0.5, ge=0, description="strikes taken off by a group's worth of accepted "
+                                                       "submissions (the orchestrator's `group_size`; each its share)")
+    strike_kept: float = Field(0.5, ge=0, le=1, description="the share of a rejection's or a withheld lease's "
+                                                            "strikes that accepted work never takes off")
     probation_accepted: int = Field(16, ge=0, description="accepted submissions before a new node leaves probation")
     probation_requests: int = Field(1, ge=1, description="requests (a group's leases each) a node on probation "
                                                          "may have in flight")

@@ -11,10 +11,20 @@ Every body is signed by the node's ed25519 key (contract/volunteer.py); a signed
 Who may join: a worker with an invite's token (volunteer/invites.py: one per volunteer, issued by
 the operator), every key that joined with it that volunteer's, at most `keys_per_invite` of them;
 or, in an open run only (`volunteers.open`), anyone with the run's one token, at most
-`members_per_address` nodes per source address. Always at most `join_rate` joins per second from
-one address, and `max_members` nodes in the table (the longest-silent dead node makes room; else
-403). Each node has a token bucket (`rate` per second, `burst`): beyond it, 429. An invite revoked
-by the operator ejects its nodes at their next request.
+`members_per_address` nodes per source address. Always at most `join_rate` joins per second per
+invite, or, for an open run's token and wrong tokens, from one source address (issue 43: strangers'
+tokenless joins from a host no longer lock out an invited worker on it), and `max_members` nodes in
+the table (the longest-silent dead node makes room; else 403). An invite revoked by the operator
+ejects its nodes at their next request.
+
+A request on the other routes is checked in the order of its cost, and nothing is spent on behalf
+of a node before its signature is verified (issue 43): its node id and signature must be lowercase
+hex of their exact lengths; a node that is not a healthy member is refused with no signature check
+and nothing remembered; a member's hello is verified, then remembered (single use), and only then
+spends the member's bucket (`rate` per second, `burst`: beyond it, 429). Every refusal spends a
+bucket of its source address (`address_rate`, `address_burst`); once that is empty the address's
+requests are answered 429 before any check, unless they name a healthy member (so a stranger on
+its host cannot lock a member out; such a request costs one signature check).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import time
 from dataclasses import asdict
 
@@ -30,42 +41,65 @@ from fastapi.responses import JSONResponse, Response
 
 from composer_prime.contract.volunteer import JoinAnswer, Submission, hello_valid
 from composer_prime.volunteer.invites import InviteError
-from composer_prime.volunteer.members import PREFIX, LeaseLost, Member
+from composer_prime.volunteer.members import PREFIX, Buckets, LeaseLost, Member
 from composer_prime.volunteer.node import VolunteerNode
 from composer_prime.volunteer.replays import Replays
 from composer_prime.volunteer.tls import split_token
 
 log = logging.getLogger(__name__)
-JOIN_BUCKETS_KEPT = 4_096  # source addresses whose join rate is tracked
+NODE_ID, SIGNATURE = re.compile("[0-9a-f]{64}"), re.compile("[0-9a-f]{128}")  # the only forms: ed25519, lowercase hex
 
 
 class Door:
     def __init__(self, pool) -> None:
         """`pool`: the VolunteerPool (volunteer/pool.py) whose members it admits and answers."""
         self.pool, self.cfg = pool, pool.cfg
-        self.replays = Replays()
-        self.joins: dict[str, tuple[float, float]] = {}  # source address -> its join bucket (tokens, when)
+        self.replays = Replays(keys=2 * self.cfg.max_members)  # members' hellos only (`member`, `join`)
+        self.joins = Buckets(self.cfg.join_rate, self.cfg.join_burst)  # "invite NAME" or "address A" -> joins
+        self.refusals = Buckets(self.cfg.address_rate, self.cfg.address_burst)  # source address -> refusals
 
     def refuse(self, why: str, status: int, detail: str):
         self.pool.refused[why] += 1
         raise HTTPException(status, detail)
 
     def member(self, body: dict, route: str) -> Member:
-        """The healthy member who signed `body` for `route`, within its rate; else the HTTP error."""
-        pool, node = self.pool, str(body.get("node_id", ""))
+        """The healthy member who signed `body` for `route`, within its rate; else the HTTP error. A node that
+        is not a healthy member costs no signature check and leaves nothing remembered."""
+        pool, node = self.pool, self.signer(body)
         member = pool.members.get(node)
-        if member is not None:
-            self.limit(member)
-            if member.invite and member.status != "ejected" and self.revoked(member.invite):
-                pool.eject(member, "its invite was revoked")
-        if not hello_valid(body, route):
-            self.refuse("bad_signature", 403, "bad or stale signature")
-        self.once(body)
+        if member is not None and member.invite and member.status != "ejected" and self.revoked(member.invite):
+            pool.eject(member, "its invite was revoked")
         if node in pool.ejected:
             self.refuse("ejected", 403, "this node was ejected from the run")
         if member is None or member.status != "healthy":
             self.refuse("unregistered", 403, "not a member of the pool: join first")
+        if not hello_valid(body, route):
+            self.refuse("bad_signature", 403, "bad or stale signature")
+        self.once(body)
+        self.limit(member)  # its own bucket, once it is known to be its request
         return member
+
+    def signer(self, body: object) -> str:
+        """The node id `body` names, its node id and signature in their one form (lowercase hex of their exact
+        lengths: hex in another case or with spaces decodes to the same bytes, so a copy re-cased was another
+        string); else refused."""
+        if not isinstance(body, dict):
+            self.refuse("malformed", 422, f"a request body is a JSON object, not {type(body).__name__}")
+        node, signature = body.get("node_id"), body.get("signature")
+        if not isinstance(node, str) or not NODE_ID.fullmatch(node):
+            self.refuse("malformed", 422, "node_id: an ed25519 public key, 64 lowercase hex digits")
+        if not isinstance(signature, str) or not SIGNATURE.fullmatch(signature):
+            self.refuse("bad_signature", 403, "signature: an ed25519 signature, 128 lowercase hex digits")
+        return node
+
+    def gate(self, address: str, body: object) -> None:
+        """Before any check: 429 to an address whose refusals spent its bucket, unless `body` names a healthy
+        member (verified next: a stranger on the member's host cannot lock it out)."""
+        node = body.get("node_id") if isinstance(body, dict) else None
+        member = self.pool.is_member(node if isinstance(node, str) else "")
+        if not member and self.refusals.tokens(address, time.time()) < 1:
+            self.pool.refused["address_limited"] += 1
+            raise HTTPException(429, f"more than {self.cfg.address_rate:g} refused requests/s from this address")
 
     def limit(self, member: Member) -> None:
         now = time.time()
@@ -81,10 +115,12 @@ class Door:
         if not self.replays.first_use(hello):
             self.refuse("replayed", 403, "this hello was used already (a replay)")
 
-    def admit(self, token: str) -> str:
-        """The invite `token` belongs to ("" for an open run's token); else 403."""
+    def admit(self, token: str, address: str) -> str:
+        """The invite `token` belongs to ("" for an open run's token), within its join rate (an invite's own;
+        an open run's token and wrong ones: the source address's); else 429 or 403."""
         token = split_token(token)[0]
         if self.pool.token is not None and hmac.compare_digest(token.encode(), self.pool.token.encode()):
+            self.limit_joins(f"address {address}", "from this address")
             return ""
         try:
             found = self.pool.invites.find(token)
@@ -92,8 +128,10 @@ class Door:
             log.error(f"volunteers: {e}")
             raise HTTPException(503, "the run cannot read its invites") from None
         if found is None:
+            self.limit_joins(f"address {address}", "from this address")
             self.refuse("bad_token", 403, "wrong join token")
         name, entry = found
+        self.limit_joins(f"invite {name}", "with this invite")
         if entry.get("revoked"):
             self.refuse("revoked", 403, f"this invite was revoked: {entry['revoked']}")
         return name
@@ -118,35 +156,29 @@ class Door:
                 self.refuse("full", 403, f"the pool is full ({cfg.max_members} nodes)")
             del members[min(gone, key=lambda m: m.last_beat).node_id]  # its ejection, if any, stays in `ejected`
 
-    def limit_joins(self, address: str) -> None:
-        """`join_rate` joins per second from one address (a bucket of `join_burst`): a join costs a
-        signature check and, in an open run, a member; unknown nodes have no bucket of their own."""
-        now = time.time()
-        tokens, then = self.joins.pop(address, (float(self.cfg.join_burst), now))
-        tokens = min(self.cfg.join_burst, tokens + (now - then) * self.cfg.join_rate)
-        self.joins[address] = (tokens - 1 if tokens >= 1 else tokens, now)
-        while len(self.joins) > JOIN_BUCKETS_KEPT:  # the oldest address forgotten: bounded like every table here
-            del self.joins[next(iter(self.joins))]
-        if tokens < 1:
-            self.refuse("join_limited", 429, f"more than {self.cfg.join_rate:g} joins/s from this address")
+    def limit_joins(self, key: str, where: str) -> None:
+        """`join_rate` joins per second (a bucket of `join_burst`) per `key`: a join costs a signature check and
+        perhaps a member; unknown nodes have no bucket of their own."""
+        if not self.joins.take(key, time.time()):
+            self.refuse("join_limited", 429, f"more than {self.cfg.join_rate:g} joins/s {where}")
 
     async def join(self, body: dict, address: str) -> dict:
         pool = self.pool
-        self.limit_joins(address)
-        invite = self.admit(str(body.get("token", "")))
-        node = str(body.get("node_id", ""))
+        invite = self.admit(str(body.get("token", "")) if isinstance(body, dict) else "", address)
+        node = self.signer(body)
         if node in pool.ejected:
             self.refuse("ejected", 403, "this node was ejected from the run")
         if not hello_valid(body, "join"):
             self.refuse("bad_signature", 403, "bad or stale signature")
-        self.once(body)
         member = pool.members.get(node)
         if member is not None and member.invite != invite:
             self.refuse("other_invite", 403, "this node joined with another invite")
         if member is None:
             self.room_for(invite, address)
+        self.once(body)  # remembered only for a member, or one about to be
+        if member is None:
             pool.members[node] = member = Member(node, time.time(), tokens=self.cfg.burst, refilled=time.time(),
-                                                 invite=invite, address=address)
+                                                 invite=invite, address=address, record=pool.record(invite))
         if member.status != "healthy" or PREFIX + node not in pool.nodes.nodes:  # new, or back: its record kept
             member.status = "healthy"
             pool.nodes.join(VolunteerNode(node, pool))
@@ -162,12 +194,11 @@ class Door:
         except TypeError as e:
             self.refuse("malformed", 422, f"not a submission: {e}")
         member = pool.members.get(sub.node_id)
-        if member is not None:
-            self.limit(member)
         if not sub.signature_valid():
             self.refuse("bad_signature", 403, "bad signature")
         if member is None or member.status != "healthy":
             self.refuse("ejected" if sub.node_id in pool.ejected else "unregistered", 403, "not a member of the pool")
+        self.limit(member)  # its bucket, once the submission is known to be its own
         p = pool.pending.get(sub.lease_id)
         if p is None or p.node_id != sub.node_id or p.future.done():
             member.counts["late"] += 1
@@ -179,6 +210,19 @@ class Door:
         p.future.set_result(sub)
         return Response(status_code=202)
 
+    async def checked(self, request: Request, answer):
+        """`answer(body)` for one request on a signed route, behind its address's gate; a refusal spends the
+        address's bucket (a member's own 429 and a late submission's 410 do not)."""
+        address = request.client.host if request.client else ""
+        body = await request.json()
+        self.gate(address, body)
+        try:
+            return await answer(body)
+        except HTTPException as e:
+            if e.status_code in (403, 422):
+                self.refusals.take(address, time.time())
+            raise
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
@@ -188,26 +232,34 @@ class Door:
 
         @app.post("/pool/heartbeat")
         async def heartbeat(request: Request) -> dict:
-            member = self.member(await request.json(), "heartbeat")
-            member.last_beat = time.time()
-            return {"status": member.status}
+            return await self.checked(request, self.heartbeat)
 
         @app.post("/pool/lease")
         async def lease(request: Request) -> Response:
-            body = await request.json()
-            member = self.member(body, "lease")
-            member.last_beat = time.time()  # asking for work is a sign of life too
-            wait = min(float(body.get("wait_s", 10.0)), 30.0)
-            try:
-                while True:  # skip leases whose task already went elsewhere
-                    lease = await asyncio.wait_for(member.queue.get(), wait)
-                    if lease.lease_id in self.pool.pending:
-                        return JSONResponse(asdict(lease))
-            except asyncio.TimeoutError:
-                return Response(status_code=204)
+            return await self.checked(request, self.lease)
 
         @app.post("/pool/submit")
         async def submit(request: Request) -> Response:
-            return await self.submit(await request.json())
+            return await self.checked(request, self.submit)
 
         return app
+
+    async def heartbeat(self, body: dict) -> dict:
+        member = self.member(body, "heartbeat")
+        member.last_beat = time.time()
+        return {"status": member.status}
+
+    async def lease(self, body: dict) -> Response:
+        member = self.member(body, "lease")
+        member.last_beat = time.time()  # asking for work is a sign of life too
+        try:
+            wait = max(0.0, min(float(body.get("wait_s", 10.0)), 30.0))  # NaN: 0
+        except (TypeError, ValueError):
+            self.refuse("malformed", 422, "wait_s: seconds to wait for a lease, a number")
+        try:
+            while True:  # skip leases whose task already went elsewhere
+                lease = await asyncio.wait_for(member.queue.get(), wait)
+                if lease.lease_id in self.pool.pending:
+                    return JSONResponse(asdict(lease))
+        except asyncio.TimeoutError:
+            return Response(status_code=204)

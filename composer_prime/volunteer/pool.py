@@ -10,19 +10,25 @@ nothing), and each submission goes through the validator (volunteer/validator.py
 rollout sees it. A node that misses `dead_after` beats is dead: its leases fail at once and their
 tasks go to other nodes; a submission after its deadline is discarded (410).
 
-Misbehaviour is charged in strikes (config/volunteers.py: a failed check 1, a lease whose deadline
-passed or a node that fell silent holding it `strike_missed` each, a submission checked too late
-`strike_unverifiable`), each accepted submission takes `strike_decay` off; at `eject_after` the node
-is ejected, its key refused from then on, its invite revoked and every other key that joined with
-that invite ejected too. A node's record outlives its death: one that falls silent and joins again
-keeps its strikes. A new node is on probation, one request in flight (`probation_requests`), until
-`probation_accepted` submissions are accepted: a request beyond that goes to another node.
+Misbehaviour is charged in strikes to the volunteer (config/volunteers.py; every key of one invite
+shares one record, volunteer/members.py): a failed check 1, since it costs its whole group; a lease
+lost (its deadline passed, or its node fell silent holding it) `strike_missed` for each lease of the
+request it belonged to, once per request, since the client sends all of that request again; a
+submission checked too late `strike_unverifiable`. A group's worth of accepted submissions takes
+`strike_decay` off, each its share, and never the `strike_kept` share of a rejection or a withheld
+lease (issue 43: a veto or a partial hoard now and then, between honest groups, adds up). At
+`eject_after` the node is ejected, its key refused from then on, its invite revoked and every other
+key that joined with that invite ejected too. A node's record outlives its death: one that falls
+silent and joins again keeps its strikes. A new node is on probation, one request in flight
+(`probation_requests`), until `probation_accepted` submissions are accepted: a request beyond that
+goes to another node.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import secrets
@@ -43,23 +49,26 @@ from composer_prime.orchestrator.pool import Audit, NodePool
 from composer_prime.transports import auth
 from composer_prime.volunteer.door import Door
 from composer_prime.volunteer.invites import Invites, store_path
-from composer_prime.volunteer.members import PREFIX, LeaseLost, Member, Pending
+from composer_prime.volunteer.members import PREFIX, Held, LeaseLost, Member, Pending, Record
 from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token, split_token
 from composer_prime.volunteer.validator import Validator
 
 log = logging.getLogger(__name__)
 EJECTED_KEPT = 65_536  # ejected keys remembered (an invite's revocation outlives them)
+REQUEST: contextvars.ContextVar[Held | None] = contextvars.ContextVar("volunteer_request", default=None)  # `request`'s
 
 
 class VolunteerPool:
     def __init__(self, cfg: VolunteersConfig, nodes: NodePool, token: str | None, weights: WeightsSource, model: str,
-                 invites: Invites, tls: tuple[Path, Path] | None = None) -> None:
-        """`token`: an open run's one token (None: invites only); `tls`: its (certificate, key), to serve HTTPS.
-        The validator and `served` (the trusted servers' weight version) are set by `build`."""
-        self.cfg, self.nodes, self.weights, self.model = cfg, nodes, weights, model
+                 invites: Invites, tls: tuple[Path, Path] | None = None, group: int = 8) -> None:
+        """`token`: an open run's one token (None: invites only); `tls`: its (certificate, key), to serve HTTPS;
+        `group`: the run's group size (a group's worth of accepted work takes `strike_decay` off). The
+        validator and `served` (the trusted servers' weight version) are set by `build`."""
+        self.cfg, self.nodes, self.weights, self.model, self.group = cfg, nodes, weights, model, group
         self.token = None if token is None else split_token(token)[0]  # the secret; the pin is the worker's
         self.invites, self.tls = invites, tls
         self.members: dict[str, Member] = {}
+        self.records: dict[str, Record] = {}  # invite -> its volunteer's record (the operator's invites: bounded)
         self.ejected: dict[str, None] = {}  # ordered: the oldest forgotten past EJECTED_KEPT
         self.pending: dict[str, Pending] = {}
         self.refused = Counter()  # requests refused before any node is known: unregistered, bad signature
@@ -94,7 +103,7 @@ class VolunteerPool:
         weights = (Shardcast(tuple(v.relays), auth.public_key(v.public_key)) if v.relays
                    else Directory(str(Path(cfg.output_dir).resolve() / "weights")))
         tls = ensure_cert(cert_dir(cfg.output_dir)) if v.serves_tls() else None
-        out = cls(v, pool, token, weights, cfg.model, Invites(store_path(cfg.output_dir)), tls)
+        out = cls(v, pool, token, weights, cfg.model, Invites(store_path(cfg.output_dir)), tls, cfg.group_size)
         out.validator, out.served = Validator(v, out.is_member, audit), served
         return out
 
@@ -129,14 +138,16 @@ class VolunteerPool:
             raise LeaseLost(f"node {node[:12]} is not healthy")
         lease = Lease(uuid.uuid4().hex, env, list(prompt_ids), params.model_dump(mode="json"), weight_version,
                       time.time() + self.cfg.lease_s)
-        future = asyncio.get_running_loop().create_future()
-        self.pending[lease.lease_id] = Pending(lease, node, future)
+        future, held = asyncio.get_running_loop().create_future(), REQUEST.get()
+        if held is not None:
+            held.leases += 1
+        self.pending[lease.lease_id] = Pending(lease, node, future, held)
         member.queue.put_nowait(lease)
         member.counts["leased"] += 1
         try:
             return lease, await asyncio.wait_for(future, self.cfg.lease_s)
-        except asyncio.TimeoutError:
-            self.charge(node, "missed", self.cfg.strike_missed)
+        except asyncio.TimeoutError:  # withheld by a live node (one that fell silent fails at once, in `_gone`)
+            self.lose(node, "missed", [held], kept=True)
             raise LeaseLost(f"node {node[:12]} missed lease {lease.lease_id[:8]}'s deadline") from None
         finally:
             self.pending.pop(lease.lease_id, None)
@@ -151,34 +162,63 @@ class VolunteerPool:
         if self.on_probation(member) and member.in_flight >= self.cfg.probation_requests:
             raise LeaseLost(f"node {node[:12]} is on probation, with {member.in_flight} request(s) in flight")
         member.in_flight += 1
+        token = REQUEST.set(Held())  # its leases (made in tasks that copy this context) know their request
         try:
             yield
         finally:
             member.in_flight -= 1
+            with contextlib.suppress(ValueError):  # closed from another context (a cancelled task's cleanup)
+                REQUEST.reset(token)
 
     def on_probation(self, member: Member) -> bool:
         return member.counts["accepted"] < self.cfg.probation_accepted
 
     def verdict(self, node: str, reason: str) -> None:
-        """The validator's word on one submission: "" accepted (`strike_decay` off its strikes), else a strike."""
+        """The validator's word on one submission: "" accepted (its share of `strike_decay` off, down to the
+        record's floor), else a strike (its group is dropped: a group's worth), `strike_kept` of it for good."""
         member = self.members.get(node)
         if member is None or member.status == "ejected":  # its verdicts after its ejection count no more
             return
         if reason:
-            self.charge(node, f"rejected:{reason}", 1.0)
+            self.charge(node, f"rejected:{reason}", 1.0, kept=True)
         else:
             member.counts["accepted"] += 1
-            member.strikes = max(0.0, member.strikes - self.cfg.strike_decay)
+            r = member.record
+            r.strikes = max(r.floor, r.strikes - self.cfg.strike_decay / self.group)
 
-    def charge(self, node: str, what: str, strikes: float, times: int = 1) -> None:
-        """`times` counts of `what`, each `strikes`; at `eject_after` strikes the node is ejected."""
+    def charge(self, node: str, what: str, strikes: float, times: int = 1, kept: bool = False) -> None:
+        """`times` counts of `what`, each `strikes` (`kept`: `strike_kept` of them beyond what accepted work
+        takes off); at `eject_after` strikes the node's volunteer is ejected."""
         member = self.members.get(node)
-        if member is None or member.status == "ejected":
-            return
-        member.counts[what] += times
-        member.strikes += strikes * times
-        if member.strikes >= self.cfg.eject_after:
-            self.eject(member, f"{member.strikes:g} strikes (last: {what})")
+        if member is not None and member.status != "ejected":
+            member.counts[what] += times
+            self._strike(member, what, strikes * times, kept)
+
+    def lose(self, node: str, what: str, held: list[Held | None], kept: bool) -> None:
+        """Leases of `node` lost (`held`: the request of each): each costs the run its whole request, sent
+        again by the client, so the first lost of a request is charged `strike_missed` for every lease of it."""
+        member, leases = self.members.get(node), 0
+        for h in held:
+            if h is None or not h.charged:
+                leases += 1 if h is None else h.leases
+            if h is not None:
+                h.charged = True
+        if member is not None and member.status != "ejected":
+            member.counts[what] += len(held)
+            self._strike(member, what, self.cfg.strike_missed * leases, kept)
+
+    def _strike(self, member: Member, what: str, strikes: float, kept: bool) -> None:
+        r = member.record
+        r.strikes += strikes
+        if kept:
+            r.floor = min(r.strikes, r.floor + self.cfg.strike_kept * strikes)
+        if r.strikes >= self.cfg.eject_after:
+            self.eject(member, f"{r.strikes:g} strikes (last: {what})")
+
+    def record(self, invite: str) -> Record:
+        """The record a node joining with `invite` is charged on: its volunteer's, one per invite (an open run's
+        node: a record of its own)."""
+        return self.records.setdefault(invite, Record()) if invite else Record()
 
     def eject(self, member: Member, why: str) -> None:
         """Eject the node, revoke its invite and eject every other key that joined with it."""
@@ -224,7 +264,7 @@ class VolunteerPool:
         for p in held:
             p.future.set_exception(LeaseLost(f"node {member.node_id[:12]} is {status}"))
         if held and status == "dead":
-            self.charge(member.node_id, "reassigned", self.cfg.strike_missed, len(held))
+            self.lose(member.node_id, "reassigned", [p.held for p in held], kept=False)
         elif held:
             member.counts["reassigned"] += len(held)
 

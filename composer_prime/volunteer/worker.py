@@ -5,7 +5,8 @@ The worker listens on nothing; it only calls the run's pool (volunteer/pool.py, 
 1. join with the token, signed by its key (volunteer/keys.py), over https to the certificate the
    token pins when the pool is beyond loopback (volunteer/tls.py): the pool answers the model, where
    the weights are (the run's SHARDCAST relays, or its weights directory on the same machine) and
-   the heartbeat period; then beat every period (a dead node re-joins; an ejected one stops);
+   the heartbeat period (a pool limiting joins, 429, is tried again: `join`); then beat every period (a
+   dead node re-joins; an ejected one stops);
 2. ask for leases (long polls, `concurrency` at once); the pool chooses the tasks and seeds;
 3. hold exactly the leased weight version (pulled and verified through SHARDCAST: signatures
    and shard hashes, transports/weights/shardcast/), generate with the embedded engine and the
@@ -88,26 +89,40 @@ class Worker:
             return r.status, (await r.json() if r.status == 200 else {"detail": await r.text()})
 
     async def join(self, wait_s: float = 120.0) -> JoinAnswer:
-        """Join (again); a pool not up yet is waited for `wait_s` (a worker may start with its run)."""
-        deadline = time.time() + wait_s
+        """Join (again); a pool not up yet, or limiting joins (429: strangers on this host, or this invite's
+        other keys, joined a lot), is waited for `wait_s`, trying again after 1, 2, 4 ... 16 s."""
+        deadline, pause = time.time() + wait_s, 1.0
         secret, _ = split_token(self.cfg.join_token())
         while True:
             try:
                 status, info = await self.post("join", hello(self.key, "join", token=secret))
-                break
             except aiohttp.ServerFingerprintMismatch:  # someone else answers at that address
                 raise Ejected(f"the pool at {self.url} is not the run's: its certificate does not match the one "
                               f"your token pins") from None
             except aiohttp.ClientConnectionError:
                 if time.time() > deadline:
                     raise Ejected(f"no pool answers at {self.url} after {wait_s:.0f} s") from None
-                await asyncio.sleep(1.0)
+                await self.pause(1.0)
+                continue
+            if status != 429:
+                break
+            if time.time() + pause > deadline:
+                raise Ejected(f"the pool at {self.url} still limits joins after {wait_s:.0f} s: {info['detail']}")
+            if pause == 1.0:
+                log.warning(f"the pool at {self.url} limits joins ({info['detail']}): trying again for up to "
+                            f"{wait_s:.0f} s")
+            await self.pause(pause)
+            pause = min(2 * pause, 16.0)
         if status != 200:
             raise Ejected(f"the pool at {self.url} refused to let this node join: {status} {info['detail']}")
         try:
             return JoinAnswer.from_json(info)
         except SchemaError as e:
             raise Ejected(f"the pool at {self.url} answered the join with something else: {e}") from None
+
+    async def pause(self, seconds: float) -> None:
+        """Wait before trying the pool again (a test moves its clock instead)."""
+        await asyncio.sleep(seconds)
 
     async def run(self) -> int:
         """Work until the pool ends (or `max_leases` submissions); returns how many were sent. ProofError at once

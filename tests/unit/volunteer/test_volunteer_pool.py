@@ -1,7 +1,8 @@
 """The volunteer pool's bookkeeping (volunteer/pool.py) without its HTTP server: a lease
 answered, a node that dies mid-lease (silent past `dead_after` beats, and not before: its lease fails
 at once, it leaves the NodePool), ejection at `eject_after` rejections (its key refused from then on),
-the rate limit's bucket."""
+strikes earned back by a group's worth of accepted work down to what rejections keep, the rate
+limit's bucket. Charges through the client's real path: test_charges.py."""
 
 import asyncio
 import time
@@ -104,15 +105,20 @@ def test_the_rate_limit_is_a_token_bucket():
     assert e.value.status_code == 429 and m.counts["limited"] == 1
 
 
-def test_strikes_decay_with_accepted_work_and_eject_at_the_threshold():
-    """A failed check is a strike, an accepted submission takes half off: rejected, accepted, rejected
-    is 1.5 (a member); the next rejection makes 2.5 and ejects."""
+def test_strikes_decay_with_a_groups_worth_of_accepted_work_down_to_what_rejections_keep():
+    """A failed check is a strike, half of it kept for good; a group's worth of accepted submissions (8)
+    takes half a strike off, each its sixteenth: rejected, accepted, rejected is 1 - 1/16 + 1 = 1.9375 (a
+    member); sixteen more accepted take it to its floor, 1.0, and no lower; the next rejection ejects at
+    2.0. Before (half a strike per accepted submission, down to 0): 1.5, then 0, then 1.0 and a member."""
     p = pool(eject_after=2)
     for reason in ("toploc", "", "sampling"):
         p.verdict("aa", reason)
-    assert p.members["aa"].strikes == 1.5 and p.is_member("aa")
+    assert p.members["aa"].strikes == 1.9375 and p.is_member("aa")
+    for _ in range(16):
+        p.verdict("aa", "")
+    assert p.members["aa"].strikes == 1.0
     p.verdict("aa", "logprobs")
-    assert set(p.ejected) == {"aa"} and p.metrics()["volunteers/aa/strikes"] == 2.5
+    assert set(p.ejected) == {"aa"} and p.metrics()["volunteers/aa/strikes"] == 2.0
 
 
 def test_a_hoarded_lease_is_charged_at_its_deadline_and_a_hoarded_group_ejects():
