@@ -20,8 +20,14 @@ from tests.support.shared_runs import RelayRun
 # now and then whoever sampled: 0.032 on a step without volunteers, 0.110 on one step of 30 with them in CI's
 # run of 9a77c39 (its other steps 5e-4 to 2e-3). So the bound is on the median over the steps with
 # volunteers: log-probs lost on the way (zeros) add exp(-lp) - 1 + lp on every volunteer token, every step.
+# A bug on fewer than half of those steps passes the median, so every step has a loose bound too (issue 42):
+# well above the 0.110 lag spike, well below what zeroed log-probs add. The tiny model's own draws on this
+# task (1,395 tokens of 256 rollouts, 16 tokens at most, 2026-11-27): a zeroed log-prob adds 46 nats of k3
+# per token on average (median 0.07: a few unlikely tokens add hundreds), so a step of 128 rollouts with one
+# group of 8 zeroed reads over 1.0 in 85% of 2,000 resampled steps (median 2.4), with 16 zeroed in 99.6%.
 RISE = 0.05
 MEDIAN_MISMATCH_KL = 0.01
+STEP_MISMATCH_KL = 1.0
 
 
 @pytest.mark.alone  # workers starting on a loaded machine joined after the run had ended (seed 2, load 10)
@@ -54,6 +60,7 @@ def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
     assert len(with_volunteers) >= 3  # they join about 20 s in: 5, 11 and 16 steps at seeds 0, 1 and 2
     kls = sorted(trainer[s]["mismatch_kl"] for s in with_volunteers)
     assert kls[len(kls) // 2] < MEDIAN_MISMATCH_KL, {s: trainer[s]["mismatch_kl"] for s in with_volunteers}
+    assert kls[-1] < STEP_MISMATCH_KL, {s: trainer[s]["mismatch_kl"] for s in with_volunteers}  # on every step
 
     evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
     assert evals[-1]["eval_version"] == len(steps) and evals[-1]["eval_reward"] > evals[0]["eval_reward"] + RISE, evals
