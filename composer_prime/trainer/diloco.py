@@ -43,7 +43,7 @@ for _name in ("torchft", "torchft_quorums", "torchft_commits"):
 from torchft.checkpointing.pg_transport import PGTransport  # noqa: E402
 from torchft.local_sgd import DiLoCo  # noqa: E402
 from torchft.manager import Manager  # noqa: E402
-from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL  # noqa: E402
+from torchft.process_group import ProcessGroup, ProcessGroupGloo, ProcessGroupNCCL  # noqa: E402
 
 from composer_prime.config import TrainerConfig  # noqa: E402
 from composer_prime.config.diloco import DiLoCoConfig  # noqa: E402
@@ -90,7 +90,9 @@ def local(t: torch.Tensor) -> torch.Tensor:
 class Island:
     """The outer-sync hook for `[diloco]`: one torchft replica per island's trainer."""
 
-    def __init__(self, cfg: TrainerConfig, trainer: Any) -> None:
+    def __init__(self, cfg: TrainerConfig, trainer: Any, pg: ProcessGroup | None = None) -> None:
+        """`pg`: the group between islands; by default NCCL where the model is on CUDA, else gloo (a test's
+        islands that share one GPU, which NCCL refuses, bring their own)."""
         d: DiLoCoConfig = cfg.diloco
         self.d, self.model, self.inner = d, trainer.model, trainer.optim
         self.heals = 0  # states received from a peer (since the last metrics)
@@ -107,7 +109,7 @@ class Island:
         # the model's device, not the machine's: islands on a GPU machine's CPU (its tests) all-reduce CPU tensors
         cuda = next(self.model.parameters()).device.type == "cuda"
         timeout = timedelta(seconds=d.timeout_s)
-        pg = ProcessGroupNCCL(timeout=timeout) if cuda else ProcessGroupGloo(timeout=timeout)
+        pg = pg or (ProcessGroupNCCL(timeout=timeout) if cuda else ProcessGroupGloo(timeout=timeout))
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         with manager_server_on(host):
             manager = Manager(

@@ -8,7 +8,9 @@ and `seed`; a resumed island first skips the batches of the steps its checkpoint
 what a run without the crash would have), `pause` seconds after each, stopping early once the file
 `until` exists (an island kept alive while another restarts); `snapshots` "syncs" keeps the weights
 only after syncs; `device` "cuda" puts island i on GPU i (its one-rank group on NCCL), so the islands
-all-reduce over NCCL, which refuses two ranks on one GPU: that needs a GPU per island.
+all-reduce over NCCL, which refuses two ranks on one GPU: that needs a GPU per island; with `one_gpu` too,
+every island is on GPU 0 and the islands' group is gloo, CUDA tensors staged through host memory
+(tests/support/diloco_one_gpu.py).
 Before DiLoCo's hooks see each step, the parameters are recorded (the island's θ_local); after the
 step returns, again (after any sync), with the Manager's step and the island's metrics. Also the
 process's listening sockets once the replica is up. Everything goes to OUT/island{ISLAND}.pt.
@@ -25,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +40,7 @@ from composer_prime.trainer import checkpoint
 from composer_prime.trainer.diloco import Island
 from composer_prime.trainer.model import load_model, shard
 from composer_prime.trainer.parallel import ParallelDims, dp_mesh
+from tests.support.diloco_one_gpu import HostStagedGloo
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -49,10 +53,10 @@ def listening() -> list[str]:
 
 def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     opts = {"steps": 8, "seed": 0, "pause": 0.0, "ckpt_every": 0, "die_after": None, "until": None,
-            "snapshots": "all", "device": "cpu"} | json.loads(run)
+            "snapshots": "all", "device": "cpu", "one_gpu": False} | json.loads(run)
     device = opts["device"]
     if device == "cuda":
-        torch.cuda.set_device(island)
+        torch.cuda.set_device(0 if opts["one_gpu"] else island)
     if "WORLD_SIZE" in os.environ:  # an island of several ranks, under torchrun
         dist.init_process_group("gloo")
     else:
@@ -65,7 +69,8 @@ def main(model_dir: str, out: str, island: int, diloco: str, run: str) -> None:
     model = shard(load_model(model_dir).to(device), dp_mesh(ParallelDims.of_world(1).build(device)))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ckpt = Path(out) / f"ckpt-island{island}"
-    hook = Island(cfg, SimpleNamespace(model=model, optim=optim))
+    pg = HostStagedGloo(timeout=timedelta(seconds=cfg.diloco.timeout_s)) if opts["one_gpu"] else None
+    hook = Island(cfg, SimpleNamespace(model=model, optim=optim), pg)
     resumed = checkpoint.latest(ckpt)
     if resumed:
         checkpoint.load(resumed[1], model, optim, hook.state())
