@@ -4,9 +4,9 @@ process, time-boxed, its status recorded; a step that fails or runs out of time 
     uv run python benchmarks/gpu_check.py [--device cuda] [--results DIR] [--work DIR] [--budget-scale 1.0]
     uv run python benchmarks/gpu_check.py --device cpu --smallest     # the CPU variant (CI)
 
-Steps and their time boxes on CUDA (expected on one H100: about 4 minutes in all, 6 at most):
+Steps and their time boxes on CUDA (expected on one H100: about 5 minutes in all, 7 at most):
 - `gpu_tier` (150 s): `pytest -m gpu`, the tests that need CUDA (about 2 minutes on an H200 at ab38a65),
-  but the compiled path's, which runs last (`gpu_compiled`);
+  but DiLoCo's FP8 wire's (`diloco_fp8`) and the compiled path's, which runs last (`gpu_compiled`);
 - `decode` (75 s): benchmarks/real_model.py's decode, `--quick` (our engine from recorded graphs and op
   by op against `generate` with its static cache; no torch.compile): batches 1, 128 and 512, one repeat;
 - `quickstart` (120 s): benchmarks/quickstart.py on the embedded engine, one run of the shipped
@@ -15,17 +15,23 @@ Steps and their time boxes on CUDA (expected on one H100: about 4 minutes in all
   (the smollm2 extra); else skipped, saying so;
 - `volunteers` (60 s): benchmarks/volunteers.py's calibration at its smallest (2 honest leases, 1
   per cheat, float32) with the trusted server and the workers on the device;
+- `diloco_fp8` (90 s): the `gpu` test of DiLoCo's FP8 wire (test_diloco_replicas.py: two islands on
+  one GPU, torchft's FP8 all-reduce of their pseudo-gradients); its JSON keeps the measured error
+  (`results.properties`, the share of the largest pseudo-gradient value; e4m3 in torch predicts 0.071);
 - `gpu_compiled` (120 s): the `gpu` test of the compiled path (test_inference_compile.py: the tiny
   model's step compiled by Inductor, then recorded, against the op-by-op step), last because its
   compile is the longest part of the tier (it had not finished in the 125 s of ab38a65's GPU run);
-- with `--decode-compiled` only, `decode_compiled` (240 s, not in the 6 minutes): the decode at batches
+- with `--decode-compiled` only, `decode_compiled` (240 s, not in the 7 minutes): the decode at batches
   128 and 512 of the compiled step (`ours-compile`: torch.compile, then recorded; 427 kernels a step at
   SmolLM2's shape against 1,364 op by op, benchmarks/README.md), the variant issue 35's part 5 targets
   (100k new tokens/s at batch 128, 200k at 512 on one H100), its results in `<results>/compiled/`.
-All the steps but `decode_compiled` run within one budget (`--budget`, 360 s): a step's box is cut to
+All the steps but `decode_compiled` run within one budget (`--budget`, 420 s): a step's box is cut to
 what is left of it, and a step with under 10 s left is skipped, saying so. A step out of time gets
 SIGINT first, so that what it finished is kept (pytest writes its junit report of the tests done so
-far), and is killed 10 s later.
+far), and is killed 10 s later. pytest runs with options of its own, not the suite's `addopts`
+(pyproject's name pytest-xdist, which a node installed from the wheelhouse lacks): one process, a
+file that fails to import counted as an error while the other files' tests still run, and each
+test's recorded properties (a measured value) in its step's JSON.
 The CPU variant (`--device cpu --smallest`) runs every step at its smallest on the CPU, so that the
 command cannot rot where no GPU is: about 2 minutes on the 2-core machine.
 
@@ -61,6 +67,11 @@ from composer_prime.utils.net import free_port  # noqa: E402
 
 
 COMPILED_TEST = "tests/integration/test_inference_compile.py"  # its gpu test: torch.compile, then recorded, on CUDA
+FP8_TEST = "tests/integration/test_diloco_replicas.py"  # its gpu test: DiLoCo's FP8 wire, two islands on one GPU
+# pytest without the suite's addopts (`-n auto --dist loadfile`: pytest-xdist, not on a node installed from the
+# wheelhouse); junit as xunit1 writes it, which keeps each test's recorded properties without a warning
+PYTEST = [PY, "-m", "pytest", "-o", "addopts=", "-o", "junit_family=xunit1", "-p", "no:cacheprovider", "-ra",
+          "--strict-markers", "--continue-on-collection-errors", "-q", "-m", "gpu"]
 
 
 def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = False) -> list[dict]:
@@ -78,10 +89,9 @@ def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = F
              "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", "--variants", "ours-compile",
                      *(decode if smallest else ["--batches", "128,512", "--quick"]), "--repeats", "1",
                      "--results", str(res / "compiled"), "--work", str(work / "decode")]}] if compiled else []
-    pytest = [PY, "-m", "pytest", "-m", "gpu", "-n", "0", "-q", "-p", "no:cacheprovider"]
     return [
         {"name": "gpu_tier", "box": 150, "results": out / "gpu_tier.xml",  # the compiled path last: its compile is long
-         "cmd": [*pytest, "--junitxml", str(out / "gpu_tier.xml"), f"--ignore={COMPILED_TEST}",
+         "cmd": [*PYTEST, "--junitxml", str(out / "gpu_tier.xml"), f"--ignore={COMPILED_TEST}", f"--ignore={FP8_TEST}",
                  *(["tests/unit/inference/test_graphs_gpu.py"] if smallest else [])]},
         {"name": "decode", "box": 75, "results": res / "real_model.json",
          "cmd": [PY, "benchmarks/real_model.py", "--device", device, "--result", "decode", *decode, "--repeats", "1",
@@ -97,8 +107,10 @@ def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = F
          "cmd": [PY, "benchmarks/volunteers.py", "--result", "calibration", "--models", "tiny", "--dtypes", "float32",
                  "--honest", "2", "--cheats", "1", "--device", device, "--results", str(res), "--work",
                  str(work / "volunteers")]},
+        {"name": "diloco_fp8", "box": 90, "results": out / "diloco_fp8.xml",
+         "cmd": [*PYTEST, "--junitxml", str(out / "diloco_fp8.xml"), FP8_TEST]},
         {"name": "gpu_compiled", "box": 120, "results": out / "gpu_compiled.xml",
-         "cmd": [*pytest, "--junitxml", str(out / "gpu_compiled.xml"), COMPILED_TEST]},
+         "cmd": [*PYTEST, "--junitxml", str(out / "gpu_compiled.xml"), COMPILED_TEST]},
         *more,
     ]
 
@@ -107,10 +119,13 @@ def read_results(path: Path | None) -> dict:
     """What a step's own results file says, in brief (counts, not the whole file)."""
     if path is None or not path.exists():
         return {}
-    if path.suffix == ".xml":  # pytest's junit report
+    if path.suffix == ".xml":  # pytest's junit report; a test's recorded properties (a measured value) by its name
         suite = ET.parse(path).getroot()
         suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
-        return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+        counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+        props = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+                 for case in suite.iter("testcase") if case.find("properties") is not None}
+        return counts | ({"properties": props} if props else {})
     if path.suffix == ".jsonl":
         rows = [json.loads(ln) for ln in path.read_text().splitlines()]
         return {"steps": len(rows), "last": {k: v for k, v in rows[-1].items() if isinstance(v, (int, float))}} if rows else {}
@@ -175,8 +190,8 @@ def main() -> None:
     p.add_argument("--decode-compiled", action="store_true", help="also the compiled step's decode (up to 4 minutes more)")
     p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every step's time box and the budget "
                    "(a slower machine)")
-    p.add_argument("--budget", type=float, default=360.0, help="seconds for all the steps but --decode-compiled's "
-                   "(default: the six minutes); a box is cut to what is left")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds for all the steps but --decode-compiled's "
+                   "(default: the seven minutes); a box is cut to what is left")
     a = p.parse_args()
     if a.device == "cuda":
         import torch
