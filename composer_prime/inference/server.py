@@ -112,7 +112,7 @@ def running(engine: Engine) -> dict:
     engine that exposes neither (vLLM), and before the engine has loaded."""
     out: dict = {}
     model = getattr(engine, "model", None)
-    if model is not None:
+    if hasattr(model, "parameters"):  # a torch module (an engine may name its model by a string)
         params = list(model.parameters())
         out["device"] = ",".join(sorted({p.device.type for p in params}))
         out["dtype"] = ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in params}))
