@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a pytest without it (a GPU node installed from the wheelhouse) runs the suite too
 def pytest_xdist_auto_num_workers(config) -> int:
     """Workers for `-n auto` (pyproject's addopts): one per core, at most 4.
 
