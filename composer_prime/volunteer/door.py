@@ -6,7 +6,11 @@ Every body is signed by the node's ed25519 key (contract/volunteer.py); a signed
     POST /pool/join       hello + a join token  -> JoinAnswer: the model, the dtype, where the weights are, the beat period
     POST /pool/heartbeat  hello                 -> 200, or 403 once the node is dead or ejected
     POST /pool/lease      hello                 -> a Lease chosen by the pool, or 204 after `wait_s`
-    POST /pool/submit     Submission            -> 202 received, 410 late, 403 unknown
+    POST /pool/submit     Submission            -> 202 received, 410 late, 403 unknown, 422 malformed (a strike)
+
+A body is read no further than its route's bound (a hello's, HELLO_MAX_BYTES; a submission's, an
+honest one's for the longest lease seen in flight: 413 beyond) and parsed as strict JSON (400
+otherwise) before anything reads it; a submission is then typed and bounded by its lease (issue 43).
 
 Who may join: a worker with an invite's token (volunteer/invites.py: one per volunteer, issued by
 the operator), every key that joined with it that volunteer's, at most `keys_per_invite` of them;
@@ -39,7 +43,9 @@ from dataclasses import asdict
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from composer_prime.contract.volunteer import JoinAnswer, Submission, hello_valid
+from composer_prime.contract.batches import SchemaError
+from composer_prime.contract.volunteer import (JoinAnswer, hello_valid, loads, parse_submission, submission_max_bytes,
+                                               submission_signed)
 from composer_prime.volunteer.invites import InviteError
 from composer_prime.volunteer.members import PREFIX, Buckets, LeaseLost, Member
 from composer_prime.volunteer.node import VolunteerNode
@@ -47,6 +53,7 @@ from composer_prime.volunteer.replays import Replays
 from composer_prime.volunteer.tls import split_token
 
 log = logging.getLogger(__name__)
+HELLO_MAX_BYTES = 16_384  # a hello's body (about 300 bytes, a join token included)
 NODE_ID, SIGNATURE = re.compile("[0-9a-f]{64}"), re.compile("[0-9a-f]{128}")  # the only forms: ed25519, lowercase hex
 
 
@@ -54,6 +61,7 @@ class Door:
     def __init__(self, pool) -> None:
         """`pool`: the VolunteerPool (volunteer/pool.py) whose members it admits and answers."""
         self.pool, self.cfg = pool, pool.cfg
+        self.longest = 0  # the most tokens a lease in flight has asked for (a submission's bound, `submit_limit`)
         self.replays = Replays(keys=2 * self.cfg.max_members)  # members' hellos only (`member`, `join`)
         self.joins = Buckets(self.cfg.join_rate, self.cfg.join_burst)  # "invite NAME" or "address A" -> joins
         self.refusals = Buckets(self.cfg.address_rate, self.cfg.address_burst)  # source address -> refusals
@@ -186,35 +194,59 @@ class Door:
         member.last_beat = time.time()
         return JoinAnswer(pool.model, pool.weights, self.cfg.heartbeat_s, self.cfg.dtype).to_json()
 
-    async def submit(self, body: dict) -> Response:
+    async def submit(self, body: object) -> Response:
+        """A lease's submission: from a healthy member, signed, for a lease it holds; then typed and bounded
+        by that lease (contract/volunteer.parse_submission) before anything reads it (issue 43): a malformed
+        one is a 422 and one strike, and its lease is lost (the task goes to another node)."""
         pool = self.pool
-        known = {f: body[f] for f in Submission.__dataclass_fields__ if isinstance(body, dict) and f in body}
-        try:
-            sub = Submission(**known)
-        except TypeError as e:
-            self.refuse("malformed", 422, f"not a submission: {e}")
-        member = pool.members.get(sub.node_id)
-        if not sub.signature_valid():
-            self.refuse("bad_signature", 403, "bad signature")
+        node = self.signer(body)
+        member = pool.members.get(node)
         if member is None or member.status != "healthy":
-            self.refuse("ejected" if sub.node_id in pool.ejected else "unregistered", 403, "not a member of the pool")
+            self.refuse("ejected" if node in pool.ejected else "unregistered", 403, "not a member of the pool")
+        if not submission_signed(body):
+            self.refuse("bad_signature", 403, "bad signature")
         self.limit(member)  # its bucket, once the submission is known to be its own
-        p = pool.pending.get(sub.lease_id)
-        if p is None or p.node_id != sub.node_id or p.future.done():
+        lease_id = body.get("lease_id")
+        p = pool.pending.get(lease_id) if isinstance(lease_id, str) else None
+        if p is None or p.node_id != node or p.future.done():
             member.counts["late"] += 1
             raise HTTPException(410, "no such lease in flight for this node (late, or reassigned)")
-        if extra := sorted(set(body) - set(known)):  # a reward, say: a node reports none; its signed submission came with more
-            p.future.set_exception(LeaseLost(f"node {sub.node_id[:12]} sent fields a submission has not: {extra}"))
-            pool.verdict(sub.node_id, "malformed")
-            raise HTTPException(422, f"a submission has no {extra}: the run computes rewards itself")
+        try:
+            sub = parse_submission(body, p.lease)
+        except SchemaError as e:
+            p.future.set_exception(LeaseLost(f"node {node[:12]} sent a malformed submission for lease {lease_id[:8]}: {e}"))
+            pool.verdict(node, "malformed")
+            raise HTTPException(422, f"not a submission for this lease: {e}") from None
         p.future.set_result(sub)
         return Response(status_code=202)
 
-    async def checked(self, request: Request, answer):
-        """`answer(body)` for one request on a signed route, behind its address's gate; a refusal spends the
-        address's bucket (a member's own 429 and a late submission's 410 do not)."""
+    def submit_limit(self) -> int:
+        """The most bytes a submission's body may have: an honest one's for the longest lease seen in flight (a late
+        one's is read too, to be answered 410)."""
+        self.longest = max([self.longest, *(p.lease.sampling.get("max_tokens", 0) for p in self.pool.pending.values())])
+        return submission_max_bytes(self.longest)
+
+    async def read(self, request: Request, limit: int = HELLO_MAX_BYTES) -> object:
+        """The request's JSON body, read no further than `limit` bytes and parsed strictly (contract/volunteer.
+        loads); else 413 or 400, before anything reads it."""
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > limit:
+            self.refuse("too_large", 413, f"a body of {size} bytes, over this route's {limit}")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > limit:
+                self.refuse("too_large", 413, f"a body of over this route's {limit} bytes")
+        try:
+            return loads(bytes(raw))
+        except SchemaError as e:
+            self.refuse("malformed", 400, str(e))
+
+    async def checked(self, request: Request, answer, limit: int = HELLO_MAX_BYTES):
+        """`answer(body)` for one request on a signed route (its body at most `limit` bytes), behind its address's
+        gate; a refusal spends the address's bucket (a member's own 429 and a late submission's 410 do not)."""
         address = request.client.host if request.client else ""
-        body = await request.json()
+        body = await self.read(request, limit)
         self.gate(address, body)
         try:
             return await answer(body)
@@ -228,7 +260,7 @@ class Door:
 
         @app.post("/pool/join")
         async def join(request: Request) -> dict:
-            return await self.join(await request.json(), request.client.host if request.client else "")
+            return await self.join(await self.read(request), request.client.host if request.client else "")
 
         @app.post("/pool/heartbeat")
         async def heartbeat(request: Request) -> dict:
@@ -240,7 +272,7 @@ class Door:
 
         @app.post("/pool/submit")
         async def submit(request: Request) -> Response:
-            return await self.checked(request, self.submit)
+            return await self.checked(request, self.submit, self.submit_limit())
 
         return app
 

@@ -3,7 +3,9 @@ a real trusted inference server (embedded engine, tiny model, at weights v1 load
 directory, as a run serves them). Each is rejected for the reason named, and ejected at the
 second rejection; each has a control: the same worker in a pool with that check (and the checks
 after it) loosened passes, so the named check is what stops it. Honest workers pass every check
-and are never ejected. (vLLM workers and a vLLM trusted server: test_volunteers_vllm.py.)"""
+and are never ejected. Every request goes through the real node (tests/support/trusted_server.ask:
+volunteer/node.py's probation, verdicts and charges, as the client's requests go; issue 42).
+(vLLM workers and a vLLM trusted server: test_volunteers_vllm.py.)"""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from composer_prime.contract.volunteer import hello
 from composer_prime.volunteer.members import PREFIX, LeaseLost
 from composer_prime.volunteer.worker import Ejected, Worker
 from tests.support import volunteers as V
-from tests.support.trusted_server import PROMPT, run, serve_v1, trusted  # noqa: F401 - trusted: a fixture
+from tests.support.trusted_server import PROMPT, ask, run, serve_v1, trusted  # noqa: F401 - trusted: a fixture
 
 ORDER = ["toploc", "logprobs", "sampling"]  # the checks that measure, in the validator's order
 LOOSE = {"toploc": {"max_exp_mismatches": 128, "max_mant_mean": 1e30, "max_mant_median": 1e30},
@@ -39,15 +41,28 @@ def loosened(check: str) -> dict:
 
 
 def test_honest_workers_pass_every_check_and_stay(trusted, tmp_path):
+    """Each worker's requests one after another (on probation: one in flight), the two workers at once. An
+    accepted completion carries the audit's trusted log-probs, not the ones the worker claimed (issue 43)."""
     async def body(client, pool):
         workers = [V.make_worker(Worker, pool, tmp_path, f"honest{i}") for i in range(2)]
+        validator = pool.validator
+        real, trusted_lps = validator.audit, {}
+
+        async def spy(b):
+            m = await real(b)
+            trusted_lps[b.seed] = m.logprobs
+            return m
+        validator.audit = spy
+
+        async def four(w, seed0):
+            return [await ask(pool, w, PROMPT, seed, 70) for seed in range(seed0, seed0 + 4)]
         async with V.working(workers[0]), V.working(workers[1]):
-            verdicts = await asyncio.gather(*(V.lease_once(client, pool, w, PROMPT, seed, 70)
-                                              for w in workers for seed in range(4)))
-        return workers, verdicts, pool
-    workers, verdicts, pool = run(trusted, tmp_path, body)
-    assert [v for _, _, v in verdicts] == [""] * 8
-    assert all(s.weight_version == 1 and len(s.proofs) == 3 for _, s, _ in verdicts)  # pulled v1; 70 tokens: 3 proofs
+            asked = sum(await asyncio.gather(four(workers[0], 0), four(workers[1], 4)), [])
+        return workers, asked, pool, trusted_lps
+    workers, asked, pool, trusted_lps = run(trusted, tmp_path, body)
+    assert [c.verdict for _, _, c in asked] == [""] * 8
+    assert all(s.weight_version == 1 and len(s.proofs) == 3 for _, s, _ in asked)  # pulled v1; 70 tokens: 3 proofs
+    assert all(c.logprobs == trusted_lps[s.seed] and len(c.logprobs) == 70 for _, s, c in asked)
     assert {w.node: pool.members[w.node].counts["accepted"] for w in workers} == {w.node: 4 for w in workers}
     assert not pool.ejected
 
@@ -80,15 +95,15 @@ def test_a_dishonest_worker_is_rejected_by_the_check_named_then_ejected(trusted,
     async def cheat(client, pool):
         w = worker(pool, "cheat")
         async with V.working(w):
-            first = [await V.lease_once(client, pool, w, PROMPT, seed, 70) for seed in range(2)]
+            first = [await ask(pool, w, PROMPT, seed, 70) for seed in range(2)]
             with pytest.raises(LeaseLost):  # ejected: no more leases (the worker stopping: test_an_ejected_worker_...)
-                await V.lease_once(client, pool, w, PROMPT, 2, 70)
-        return w, [v for _, _, v in first], pool
+                await ask(pool, w, PROMPT, 2, 70)
+        return w, [c.verdict for _, _, c in first], pool
 
     async def control(client, pool):
         w = worker(pool, "control")
         async with V.working(w):
-            return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2] for seed in range(2)]
+            return [(await ask(pool, w, PROMPT, seed, 70))[2].verdict for seed in range(2)]
 
     w, verdicts, pool = run(trusted, tmp_path, cheat)
     assert len(verdicts) == 2 and set(verdicts) <= set(checks)
@@ -108,13 +123,13 @@ def test_a_completion_cut_short_or_drawn_past_its_stop_token_is_rejected_before_
         real = validator.audit
         validator.audit = lambda b: audits.append(b) or real(b)
         async with V.working(workers["honest"]), V.working(workers["short"]), V.working(workers["past"]):
-            _, free, _ = await V.lease_once(client, pool, workers["honest"], PROMPT, 0, 70)  # no stop: all 70 drawn
+            _, free, _ = await ask(pool, workers["honest"], PROMPT, 0, 70)  # no stop: all 70 drawn
             end = next(i for i in range(10, 70) if free.token_ids[i] not in free.token_ids[:i])
             stop = (free.token_ids[end],)  # first drawn at index `end`: the honest completion stops there
             workers["short"].keep = end // 2
             audits.clear()
-            got = {name: await V.lease_once(client, pool, w, PROMPT, 0, 70, stop) for name, w in workers.items()}
-        return {name: (s.token_ids, v) for name, (_, s, v) in got.items()}, free.token_ids[:end + 1], len(audits)
+            got = {name: await ask(pool, w, PROMPT, 0, 70, stop) for name, w in workers.items()}
+        return {name: (s.token_ids, c.verdict) for name, (_, s, c) in got.items()}, free.token_ids[:end + 1], len(audits)
 
     got, expected, audits = run(trusted, tmp_path, body)
     assert got["honest"] == (expected, "")  # ends in its stop token, accepted
@@ -138,7 +153,7 @@ def test_an_older_or_never_leased_version_or_a_changed_prompt_said_openly_is_rej
         real = validator.audit
         validator.audit = lambda b: audits.append(b) or real(b)
         async with V.working(old), V.working(newer), V.working(moved):
-            out = [(await V.lease_once(client, pool, w, PROMPT, 0, 70))[2] for w in (old, newer, moved)]
+            out = [(await ask(pool, w, PROMPT, 0, 70))[2].verdict for w in (old, newer, moved)]
         return out, audits, pool.members[newer.node].strikes
     verdicts, audits, strikes = run(trusted, tmp_path, body)
     assert verdicts == ["version", "version", "prompt"] and audits == []  # cheap checks first: no trusted prefill spent
@@ -170,7 +185,7 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
                              for cls, name in ((Worker, "honest"), (V.OtherWeights, "cheat")))
             cheat.scale = 1e-3
             async with V.working(honest), V.working(cheat):
-                verdicts = [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2]
+                verdicts = [(await ask(pool, w, PROMPT, seed, 70))[2].verdict
                             for w, seed in ((honest, 0), (honest, 1), (cheat, 2))]
             return honest.engine.dtype, verdicts, said
         assert run((bf16, trusted[1]), tmp_path, body) == ("float32", ["", "", "logprobs"], ["float32"] * 3)
@@ -193,8 +208,11 @@ def test_truncated_missing_or_null_proofs_are_malformed(trusted, tmp_path, edit)
         w = V.make_worker(V.Proofs, pool, tmp_path, edit)
         w.edit = PROOF_EDITS[edit]
         async with V.working(w):
-            return (await V.lease_once(client, pool, w, PROMPT, 0, 70))[2]
-    assert run(trusted, tmp_path, body) == "malformed"
+            with pytest.raises(LeaseLost, match="malformed submission") as lost:  # refused at the door: its task
+                await ask(pool, w, PROMPT, 0, 70)                                   # goes to another node
+            return str(lost.value), dict(pool.members[w.node].counts)
+    lost, counts = run(trusted, tmp_path, body)
+    assert counts["rejected:malformed"] == 1 and counts.get("accepted", 0) == 0, lost
 
 
 def test_proofs_replayed_from_another_rollout_fail_toploc(trusted, tmp_path):
@@ -203,7 +221,7 @@ def test_proofs_replayed_from_another_rollout_fail_toploc(trusted, tmp_path):
         kept: list = []
         w.edit = lambda proofs: kept[0] if kept else kept.append(proofs) or proofs
         async with V.working(w):
-            return [(await V.lease_once(client, pool, w, PROMPT, seed, 70))[2] for seed in range(2)]
+            return [(await ask(pool, w, PROMPT, seed, 70))[2].verdict for seed in range(2)]
     assert run(trusted, tmp_path, body) == ["", "toploc"]  # its own proofs pass; the same ones on the next do not
 
 
@@ -214,7 +232,7 @@ def test_a_reported_reward_is_refused_and_charged(trusted, tmp_path):
             real = w._http.post
             w._http.post = lambda url, json: real(url, json={**json, "reward": 1.0} if url.endswith("/submit") else json)
             with pytest.raises(LeaseLost, match="reward"):
-                await V.lease_once(client, pool, w, PROMPT, 0, 70)
+                await ask(pool, w, PROMPT, 0, 70)
             return dict(pool.members[w.node].counts)
     counts = run(trusted, tmp_path, body)
     assert counts["rejected:malformed"] == 1 and counts.get("accepted", 0) == 0
@@ -280,7 +298,7 @@ def test_a_flood_of_requests_is_rate_limited(trusted, tmp_path):
             for _ in range(60):
                 async with http.post(f"http://127.0.0.1:{pool.cfg.port}/pool/heartbeat", json=hello(w.key, "heartbeat")) as r:
                     statuses.append(r.status)
-            verdict = (await V.lease_once(client, pool, w, PROMPT, 0, 40))[2]  # the bucket refills: it works again
+            verdict = (await ask(pool, w, PROMPT, 0, 40))[2].verdict  # the bucket refills: it works again
             return statuses, dict(pool.members[w.node].counts), verdict
     statuses, counts, verdict = run(trusted, tmp_path, body, rate=5.0, burst=20)
     assert statuses[:10] == [200] * 10 and statuses.count(429) >= 30  # the burst, then one in 5 per second
@@ -294,7 +312,7 @@ def test_an_ejected_worker_stops_and_cannot_join_again(trusted, tmp_path):
         while w.engine is None or w.engine._thread is None:
             await asyncio.sleep(0.05)
         for seed in range(2):
-            await V.lease_once(client, pool, w, PROMPT, seed, 30)
+            await ask(pool, w, PROMPT, seed, 30)
         with pytest.raises(Ejected):
             await asyncio.wait_for(task, 10)
         again = Worker(w.cfg, w.key)
