@@ -10,6 +10,8 @@
   next node; it raised TypeError out of the client's request, which stopped the orchestrator.
 - A proof of megabytes (item 3: 42.7 MB cost 13 s of trusted audit) is refused by the door before
   it is read, and by the trusted server's request schema.
+- Truncated, missing or null proofs and a reported reward: one strike each at the door, the lease
+  lost; a forged signature or an unregistered key: refused, and nobody charged.
 - The fuzz test: generated submissions, hellos and joins (random JSON types, sizes, encodings and
   boundary values; hypothesis, derandomized and bounded in count) with honest requests between
   them (tests/support/fuzz_volunteers.py).
@@ -21,8 +23,11 @@ import asyncio
 import base64
 import dataclasses
 from collections import Counter
+from dataclasses import asdict
 
+import aiohttp
 import httpx
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -123,6 +128,60 @@ def test_a_proof_of_megabytes_is_refused_unread_by_the_door_and_by_the_trusted_s
     assert not any(k.startswith("rejected:") for k in counts)  # unread: nobody to charge
     r = httpx.post(f"{trusted[0]}/inference/v1/audit", json=audit_body([b64(b"\1\1" + b"\0\1" * 500_000)]), timeout=60)
     assert r.status_code == 422 and "344" in r.text
+
+
+PROOF_EDITS = {
+    "truncated": lambda proofs: proofs[:-1],
+    "missing": lambda proofs: [],
+    "null": lambda proofs: [base64.b64encode(bytes(258)).decode()] * len(proofs),
+}
+
+
+@pytest.mark.parametrize("edit", list(PROOF_EDITS))
+def test_truncated_missing_or_null_proofs_are_malformed(trusted, tmp_path, edit):
+    async def body(client, pool):
+        w = V.make_worker(V.Proofs, pool, tmp_path, edit)
+        w.edit = PROOF_EDITS[edit]
+        async with V.working(w):
+            with pytest.raises(LeaseLost, match="malformed submission") as lost:  # refused at the door: its task
+                await ask(pool, w, PROMPT, 0, 70)                                   # goes to another node
+            return str(lost.value), dict(pool.members[w.node].counts)
+    lost, counts = run(trusted, tmp_path, body)
+    assert counts["rejected:malformed"] == 1 and counts.get("accepted", 0) == 0, lost
+
+
+def test_a_reported_reward_is_refused_and_charged(trusted, tmp_path):
+    async def body(client, pool):
+        w = V.make_worker(Worker, pool, tmp_path, "reward")
+        async with V.working(w):
+            real = w._http.post
+            w._http.post = lambda url, json: real(url, json={**json, "reward": 1.0} if url.endswith("/submit") else json)
+            with pytest.raises(LeaseLost, match="reward"):
+                await ask(pool, w, PROMPT, 0, 70)
+            return dict(pool.members[w.node].counts)
+    counts = run(trusted, tmp_path, body)
+    assert counts["rejected:malformed"] == 1 and counts.get("accepted", 0) == 0
+
+
+def test_a_forged_signature_or_an_unregistered_key_is_refused_and_charges_no_one(trusted, tmp_path):
+    async def body(client, pool):
+        victim = V.make_worker(Worker, pool, tmp_path, "victim")
+        async with V.working(victim), aiohttp.ClientSession() as http:
+            lease_task = asyncio.create_task(pool.lease(victim.node, PROMPT, SamplingParams(max_tokens=40, seed=0), 1))
+            lease, sub = await lease_task
+            base = f"http://127.0.0.1:{pool.cfg.port}/pool"
+            async with http.post(f"{base}/submit", json=asdict(V.forged(sub, victim.node))) as r:
+                forged = r.status
+            stranger = Ed25519PrivateKey.generate()
+            async with http.post(f"{base}/lease", json=hello(stranger, "lease")) as r:
+                unregistered = r.status
+            async with http.post(f"{base}/submit", json=asdict(dataclasses.replace(sub, node_id=V.node_id(stranger)).signed(stranger))) as r:
+                unregistered_submit = r.status
+            return forged, unregistered, unregistered_submit, dict(pool.refused), dict(pool.members[victim.node].counts)
+    forged, unregistered, unregistered_submit, refused, victim = run(trusted, tmp_path, body)
+    assert (forged, unregistered, unregistered_submit) == (403, 403, 403)
+    assert refused == {"bad_signature": 1, "unregistered": 2}
+    assert not any(k.startswith("rejected:") for k in victim)
 
 
 def rejections(member) -> int:
