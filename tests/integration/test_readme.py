@@ -15,12 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, free_port
-from tests.support.readme_runs import README, bare_work_dir, run_commands
-from tests.support.shared_runs import WARM_START, WarmStart
-
-def small_rl() -> list[str]:
-    return ["--max_steps", "2", "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
-            "--orchestrator.eval.num_tasks", "16", "--orchestrator.eval.interval", "1"]
+from tests.support.readme_runs import README, bare_work_dir, run_commands, small_rl
+from tests.support.shared_runs import DISTILL_RL, WARM_START, DistillRun
 
 
 # per sequence: the README's commands (verbatim, up to any comment), then what a test run appends
@@ -32,10 +28,8 @@ SEQUENCES = {
     "sft": [("uv run python -m tool_calc.demos --out outputs/examples.jsonl", lambda: ["-n", "200"]),
             ("uv run sft --data outputs/examples.jsonl --model tiny --output_dir outputs/sft --max_steps 100",
              lambda: ["--max_steps", "20"])],
-    # the first two commands are the session's `tool_calc_warm_start` (shared_runs.py), which test_rl_distill.py reads too
-    "distill": [*WARM_START, ("uv run rl @ configs/tool-calc-distill.toml",
-                              lambda: [*small_rl(), "--max_steps", "3", "--orchestrator.batch_size", "16",
-                                       "--orchestrator.group_size", "4"])],
+    # the session's `tool_calc_warm_start` and `tool_calc_distill_run` (shared_runs.py), which test_rl_distill.py reads too
+    "distill": [*WARM_START, DISTILL_RL],
     "hub": [("uv run composer-prime env init my-env", list), ("uv run composer-prime env validate environments/my-env", list),
             ("uv run composer-prime env build environments/my-env", list),
             ("uv run composer-prime env publish environments/my-env", list)],
@@ -120,13 +114,12 @@ def test_sft(tmp_path):
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
-def test_tool_calc_distill(tool_calc_warm_start: WarmStart):
+def test_tool_calc_distill(tool_calc_distill_run: DistillRun):
     """README: the demonstrations and the warm start (the session's, as the README types them), then GRPO +
-    distill from it with the EMA teacher: the rl command reads the warm start's directory, trains both channels
-    and evaluates the tool. (That the distill loss is non-zero wherever there are hinted turns, with either
-    teacher, is test_rl_distill.py's, on the same warm start; no learning is claimed of 3 steps.)"""
-    [rl] = SEQUENCES["distill"][len(WARM_START):]
-    run = run_commands([rl], tool_calc_warm_start.work) / "outputs" / "tool-calc-distill"
+    distill from it with the EMA teacher (the session's run, as the README types it): the rl command reads the warm
+    start's directory, trains both channels and evaluates the tool. (That the distill loss is non-zero wherever there
+    are hinted turns, with either teacher, is test_rl_distill.py's, on the same runs; no learning is claimed of 3 steps.)"""
+    run = tool_calc_distill_run.run
     orch = rows(run / "orchestrator" / "metrics.jsonl")
     trainer = rows(run / "trainer" / "metrics.jsonl")
     assert [r["step"] for r in trainer] == [0, 1, 2] and all(r["trained_tokens"] > 0 for r in trainer)

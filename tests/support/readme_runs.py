@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 README = (ROOT / "README.md").read_text()
+
+
+def small_rl() -> list[str]:
+    """What a test appends to a README `rl` command: 2 steps, free ports, a held-out evaluation of 16 tasks every step."""
+    return ["--max_steps", "2", "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
+            "--orchestrator.eval.num_tasks", "16", "--orchestrator.eval.interval", "1"]
 
 
 def bare_work_dir(parent: Path) -> Path:

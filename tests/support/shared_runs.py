@@ -10,6 +10,9 @@ read the same run (`once`). A run that failed fails its every reader with the sa
 - `tool_calc_warm_start`: the README's hint self-distillation warm start (tool-calc demonstrations with
   wrong calls, then `sft`), run as the README types it with 120 steps in place of 800. Read by
   test_readme.py (the README's `rl` command after it) and test_rl_distill.py (both distill teachers).
+- `tool_calc_distill_run`: the README's GRPO + distill command (configs/tool-calc-distill.toml, the EMA teacher in
+  the trainer) on that warm start, 3 steps of 16. Read by test_readme.py (the README's claims) and test_rl_distill.py
+  (the distill loss in every step with hinted turns, the trainer's teacher; the inference teacher is its own run).
 - `smollm2_breakdown`: benchmarks/real_model.py's breakdown at its smallest: SmolLM2-135M on the shipped
   CPU config (configs/smollm2-135m.toml, vLLM-CPU as shipped), 2 steps as shipped and 2 at
   max_async_level 0. Read by test_benchmarks.py (the benchmark's result) and test_rl_smollm2.py (the
@@ -36,7 +39,7 @@ from composer_prime.contract.volunteer import node_id
 from composer_prime.utils.net import check_reachable
 from composer_prime.volunteer.keys import load_or_make
 from tests.conftest import ROOT, free_port
-from tests.support.readme_runs import bare_work_dir, run_commands
+from tests.support.readme_runs import bare_work_dir, run_commands, small_rl
 from tests.support.rl_runs import log_tails
 
 RELAY_STEPS = 50
@@ -149,6 +152,23 @@ class WarmStart:
 @pytest.fixture(scope="session")
 def tool_calc_warm_start(tmp_path_factory) -> WarmStart:
     return once("tool_calc_warm_start", tmp_path_factory, lambda tmp: WarmStart(run_commands(WARM_START, bare_work_dir(tmp))))
+
+
+# The README's GRPO + distill command after the warm start, and what a test appends: 3 steps of 4 groups of 4
+DISTILL_RL = ("uv run rl @ configs/tool-calc-distill.toml",
+              lambda: [*small_rl(), "--max_steps", "3", "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4"])
+
+
+@dataclass
+class DistillRun:
+    run: Path  # its output directory
+
+
+@pytest.fixture(scope="session")
+def tool_calc_distill_run(tmp_path_factory, tool_calc_warm_start: WarmStart) -> DistillRun:
+    # in the warm start's working directory, as the README's third command follows its first two
+    return once("tool_calc_distill_run", tmp_path_factory,
+                lambda tmp: DistillRun(run_commands([DISTILL_RL], tool_calc_warm_start.work) / "outputs" / "tool-calc-distill"))
 
 
 # the breakdown's smallest settings: 2 groups of 4, 8 new tokens, 2 held-out tasks; 2 steps of which it reads the second
