@@ -236,6 +236,8 @@ class OrchestratorConfig(Shared, Pinned, Sections):
     island: int = Field(0, ge=0, description="DiLoCo: this orchestrator's island; it trains on every `islands`-th "
                                              "train task from this one on, disjoint from the other islands'")
     islands: int = Field(1, ge=1, description="DiLoCo: islands in the run (1: no islands)")
+    run_id: str | None = Field(None, description="the run it belongs to, named in <output_dir>/orchestrator/checkpoint.json "
+                                                 "(set by rl; utils/run_dir.py)")
     volunteers: VolunteersConfig = Field(default_factory=VolunteersConfig)
     transport: BatchTransportConfig = Field(default_factory=BatchTransportConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -339,6 +341,8 @@ class TrainerConfig(Shared, Pinned):
     inference_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"],
                                       description="inference servers told to load each new step (filesystem)")
     resume: bool = Field(False, description="continue from the newest checkpoint in output_dir")
+    run_id: str | None = Field(None, description="the run it belongs to, named in each checkpoint and weight step (set "
+                                                 "by rl; None: a new id, or on resume its checkpoint's; utils/run_dir.py)")
     auth: AuthConfig = Field(default_factory=AuthConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
     diloco: DiLoCoConfig | None = Field(None, description="this trainer is one island of a DiLoCo run "

@@ -39,6 +39,8 @@ class RLConfig(Shared):
     """`uv run rl`: one config for inference, orchestrator and trainer (and relays), started together."""
 
     resume: bool = Field(False, description="continue every process from the newest checkpoint in output_dir")
+    fresh: bool = Field(False, description="start over in an output_dir that holds another run: delete its checkpoints, "
+                                           "weights, metrics and report first (keys, invites and logs stay)")
     inference_replicas: int = Field(1, ge=1, description="inference servers on consecutive ports")
     relays: int = Field(0, ge=0, description="local SHARDCAST relays between the origin and inference "
                                              "(shardcast only)")

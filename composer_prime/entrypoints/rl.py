@@ -2,7 +2,8 @@
 with `[diloco]`, one such group per island and a lighthouse).
 
 Checks everything it can before starting anything (config, model, output directory, cores,
-ports: one line and exit code 2), writes each process's resolved config to <output_dir>/configs/
+ports, whose run the output directory holds and whether --resume can continue it: utils/run_dir.py;
+one line and exit code 2), writes each process's resolved config to <output_dir>/configs/
 (each runs alone from it, e.g. on another machine), then runs them under utils/supervise.py:
 logs in <output_dir>/logs/, all stopped when one fails, the console ending with its own line.
 """
@@ -14,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from composer_prime.config import ConfigError, RLConfig, write_toml
 from composer_prime.config.loader import check, check_binds, load, one_line_errors, place_of
@@ -21,25 +23,60 @@ from composer_prime.config.plan import Process, plan, plan_islands
 from composer_prime.entrypoints import checks
 from composer_prime.model.resolve import decoder_layers, resolve_model
 from composer_prime.transports import auth
+from composer_prime.utils import report_segments, run_dir
 from composer_prime.utils.logs import setup
-from composer_prime.utils.report import write_report
+from composer_prime.utils.report import metrics_rows, resumed_words, write_report
 from composer_prime.utils.supervise import supervise
 from composer_prime.utils.watchdog import Watch
 
 log = logging.getLogger(__name__)
 
 
-def resume_point(run: Path) -> tuple[int, Path] | None:
-    """The newest step with both a checkpoint and its weights. Imported here: torch takes seconds to
-    import, which every dry run and every bad command line would otherwise wait for."""
-    from composer_prime.trainer import checkpoint
-    from composer_prime.transports.weights import filesystem
+def run_dirs(cfg: RLConfig, provenance: dict[str, str]
+             ) -> tuple[dict[Path, run_dir.Resume | None], Callable[[Path], tuple[int, Path] | None]]:
+    """Where each trainer's output_dir resumes (filled as planning asks, by `resume_of`), and `resume_of`:
+    the --resume check of one directory, whose disagreement is one line (utils/run_dir.py)."""
+    if cfg.resume and cfg.fresh:
+        raise ConfigError(f"fresh: --fresh starts over and --resume continues; give one ({place_of('fresh', provenance)})")
+    resumes: dict[Path, run_dir.Resume | None] = {}
 
-    if found := checkpoint.latest(run / "checkpoints"):
-        weights = filesystem.step_dir(run / "weights", found[0])
-        if (weights / filesystem.MARKER).exists():
-            return found[0], weights
-    return None
+    def resume_of(where: Path) -> tuple[int, Path] | None:
+        try:
+            found = resumes[Path(where)] = run_dir.check_resume(Path(where), cfg.max_steps)
+        except run_dir.RunDirError as e:
+            raise ConfigError(str(e)) from None
+        return (found.step, found.weights) if found is not None and found.weights is not None else None
+    return resumes, resume_of
+
+
+def own_runs(cfg: RLConfig, processes: list[Process], resumes: dict[Path, run_dir.Resume | None],
+             provenance: dict[str, str]) -> None:
+    """A new run only into directories without another run's checkpoints (or --fresh); every trainer and
+    orchestrator told its run id: the resumed checkpoints', else a new one."""
+    new = run_dir.new_id()
+    for p in processes:
+        if p.entrypoint not in ("trainer", "orchestrator"):
+            continue
+        where = Path(p.config.output_dir)
+        if not cfg.resume and p.entrypoint == "trainer":
+            try:
+                run_dir.check_new(where, cfg.fresh)
+            except run_dir.RunDirError as e:
+                raise ConfigError(f"{e} ({place_of('output_dir', provenance)})") from None
+        found = resumes.get(where)
+        p.config = p.config.model_copy(update={"run_id": found.run if found is not None and found.run else new})
+
+
+def check_seq_len(processes: list[Process], provenance: dict[str, str]) -> None:
+    """--dry-run: seq_len leaves room for a reply after the environments' prompts (orchestrator/prompt_fit.py)."""
+    from composer_prime.env_runtime.errors import EnvError
+    from composer_prime.orchestrator.prompt_fit import check_seq_len as fits, dry_run_inputs
+
+    orch = next(p.config for p in processes if p.entrypoint == "orchestrator")  # islands share envs and seq_len
+    try:
+        fits(*dry_run_inputs(orch.envs, resolve_model(orch.model)), orch.seq_len, place_of("seq_len", provenance))
+    except EnvError as e:
+        raise ConfigError(str(e)) from None
 
 
 def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], bool]:
@@ -49,6 +86,7 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
         cfg.split(provenance)  # every section's mistakes first, before what is true of this machine
         check(cfg, checks.RUN, provenance)
         run = Path(cfg.output_dir)
+        resumes, resume_of = run_dirs(cfg, provenance)
         if cfg.diloco is not None:
             layers = decoder_layers(cfg.model)  # the trainer would find out after loading it, a minute in
             if layers is not None and cfg.diloco.fragments > layers:
@@ -56,9 +94,10 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
                                   f"layers ({place_of('diloco.fragments', provenance)})")
             if not dry_run:
                 check(cfg, checks.ISLAND, provenance)
-            processes = plan_islands(cfg, provenance, resume_point if cfg.resume else None)
+            processes = plan_islands(cfg, provenance, resume_of if cfg.resume else None)
         else:
-            processes = plan(cfg, provenance, resume_point(run) if cfg.resume else None)
+            processes = plan(cfg, provenance, resume_of(run) if cfg.resume else None)
+        own_runs(cfg, processes, resumes, provenance)  # before anything slow: whose directory this is
         for p in processes:
             if "cpus" in type(p.config).model_fields:
                 check(p.config, {"cpus": checks.PROCESS["cpus"]}, provenance, prefix=f"{p.entrypoint}.")
@@ -78,6 +117,8 @@ def resolve(argv: list[str]) -> tuple[RLConfig, list[Process], dict[str, Path], 
                 check_envs(orchestrator, *(() if dry_run else (CHEAP,)))
         except EnvError as e:
             raise ConfigError(f"{e} ({place_of('orchestrator.envs', provenance)})") from None
+        if dry_run:  # the environments' prompts are loaded here anyway; a real start's orchestrator checks them too
+            check_seq_len(processes, provenance)
         paths = {p.name: run / "configs" / f"{p.name}.toml" for p in processes}
         try:
             for p in processes:
@@ -104,19 +145,32 @@ def main(argv: list[str] | None = None) -> None:
     if dry_run:
         print(f"resolved configs written to {run / 'configs'}")
         return
+    finish = {p.name for p in processes if p.name.rpartition("-")[2] in ("orchestrator", "trainer")}
+    wheres = sorted({Path(p.config.output_dir) for p in processes if p.name in finish})  # one per island
+    for where in wheres if cfg.fresh else []:
+        if gone := run_dir.clear(where):
+            log.info(f"--fresh: deleted {where}'s {', '.join(gone)}")
     make_keys(processes)
     resolve_model(cfg.model)  # build once, before the processes race
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     start = time.time()
-    finish = {p.name for p in processes if p.name.rpartition("-")[2] in ("orchestrator", "trainer")}
     w = cfg.watchdog
     watch = Watch(run / "logs" / "watch", w.factor, w.floor_s, w.startup_s)
-    supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
-               for p in processes}, run / "logs", finish, env, watch, w.on_stall == "wait")  # each named by PROCESS_ENV
-    for where in sorted({Path(p.config.output_dir) for p in processes if p.name in finish}):  # one per island
+    ids = {Path(p.config.output_dir): p.config.run_id for p in processes if p.entrypoint == "trainer"}
+    for where in wheres:  # the report covers every segment of the run: this one is recorded from here
+        found = run_dir.checkpoints(where) if cfg.resume else []  # none: a new run, or a resume from step 0
+        times = [r["time"] for job in ("trainer", "orchestrator") for r in metrics_rows(where / job / "metrics.jsonl")]
+        report_segments.begin(where, found[-1][0] if found else None, ids.get(where), times, start)
+    try:
+        supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
+                   for p in processes}, run / "logs", finish, env, watch, w.on_stall == "wait")  # each named by PROCESS_ENV
+    finally:
+        for where in wheres:
+            report_segments.end(where)
+    for where in wheres:
         s = write_report(where, time.time() - start)
-        log.info(f"done in {s['wall_s']:.0f}s: {s['steps']} steps, held-out reward "
+        log.info(f"done in {s['wall_s']:.0f}s{resumed_words(s['segments'])}: {s['steps']} steps, held-out reward "
                  f"{s['heldout_reward_start']:.3f} -> {s['heldout_reward_end']:.3f}"
                  + (f"; {s['volunteers']}" if s["volunteers"] else "") + f"; report {where / 'report.md'}")
 

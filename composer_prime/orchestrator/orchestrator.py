@@ -42,12 +42,14 @@ from composer_prime.orchestrator.batch import BatchContext, make_steps
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.filters import make_filters, metric_names
 from composer_prime.orchestrator.pool import make_sources
+from composer_prime.orchestrator.prompt_fit import check_seq_len
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils.metrics import MetricsLog
 from composer_prime.utils.proc import long_lived
 from composer_prime.utils.report import volunteers_line
+from composer_prime.utils.run_dir import save_orchestrator
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,7 @@ class Orchestrator:
         loaded = [load_env(e, cfg.eval.num_tasks, self.run / "logs") for e in cfg.envs]
         self.envs = [EnvRun(e, env, island_share(env.train, cfg.island, cfg.islands, e.id), env.held_out,
                             e.group_size or cfg.group_size, groups[e.id], e.ratio / total) for e, env in zip(cfg.envs, loaded)]
+        check_seq_len([(e.cfg.id, e.train) for e in self.envs], self.tok, cfg.seq_len, "seq_len")  # else empty batches to the end
         self.client = InferenceClient(cfg.inference_urls, cfg.model, cfg.inference_timeout_s)
         # nodes that join while the run goes (volunteers, when the run takes them): sources registered by name
         self.sources = make_sources(cfg, self.client.pool, self.client.audit, lambda: self.client.served)
@@ -315,6 +318,7 @@ class Orchestrator:
                 log.info(f"step {step}: nothing to train on ({info['stale']} stale rollouts, {info['flat_groups']} flat "
                     f"groups, {info['truncated']} samples cut to no model token); sending it anyway")
             t_send = time.time()
+            save_orchestrator(self.run, cfg.run_id, step + 1)  # before the send: never behind a trainer checkpoint
             sender.send(batch)
             row |= info | {"send_s": time.time() - t_send, "trainer_restarts": self.restarts}
             for source in self.sources:

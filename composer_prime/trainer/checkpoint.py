@@ -2,7 +2,9 @@
 the outer-sync hook keeps (an island's outer state) + progress, sharded with torch.distributed.checkpoint.
 
 `checkpoints/step_N/` holds the state after N completed steps; DONE is written last, so an
-interrupted save is ignored on resume and the previous checkpoint is used.
+interrupted save is ignored on resume and the previous checkpoint is used. DONE names the step and
+the run that wrote it (utils/run_dir.py): a run resumes only its own checkpoints, and pruning keeps
+the newest of the current run, never an older run's.
 """
 
 from __future__ import annotations
@@ -19,13 +21,26 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_st
 
 from composer_prime.trainer.outer_sync import Stateful
 from composer_prime.utils import steps
+from composer_prime.utils.run_dir import DONE
 
-DONE = "DONE"
 Saved = Union[torch.nn.Module, Stateful]  # what a checkpoint holds beside the model and optimizer
 
 
-def latest(root: Path) -> tuple[int, Path] | None:
-    return steps.latest(root, DONE)
+def latest(root: Path, run: str | None = None) -> tuple[int, Path] | None:
+    """The newest complete checkpoint, of run `run` when it is given (or from before run ids)."""
+    return steps.latest(root, DONE, run)
+
+
+def resumable(root: Path, run: str | None) -> tuple[int, Path, str | None] | None:
+    """(step, path, run id) of the checkpoint a trainer told to resume continues from: the newest of run
+    `run` (any run's when None); None when there is none at all. A directory whose checkpoints are all
+    another run's is refused in one line: resuming it would continue that run under this one's name."""
+    if (found := latest(root, run)) is not None:
+        return found[0], found[1], steps.run_of(found[1], DONE) or run
+    if run is not None and (other := latest(root)) is not None:
+        raise SystemExit(f"{root}: no checkpoint of run {run} to resume; the newest, {other[1].name}, is run "
+                         f"{steps.run_of(other[1], DONE)}'s (start over without resume, in another output_dir)")
+    return None
 
 
 def _key(label: str) -> str:
@@ -43,9 +58,10 @@ def _of(saved: Saved) -> dict:
 
 
 def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer, keep_last: int,
-         extra: dict[str, Saved] | None = None) -> None:
+         extra: dict[str, Saved] | None = None, run: str | None = None) -> None:
     """`extra`: modules (their model state dict) or other state (its `state_dict()`) by label
-    ("distill:EMA teacher", "diloco:outer state"), saved beside the model."""
+    ("distill:EMA teacher", "diloco:outer state"), saved beside the model. `run`: the run id DONE names;
+    pruning then keeps the newest `keep_last` of that run and deletes other runs' checkpoints."""
     out = steps.step_path(root, step)
     if dist.get_rank() == 0:
         shutil.rmtree(out, ignore_errors=True)
@@ -53,8 +69,8 @@ def save(root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optim
     dcp.save(_state(model, optim, extra or {}), checkpoint_id=str(out))
     dist.barrier()
     if dist.get_rank() == 0:
-        (out / DONE).write_text(json.dumps({"step": step}))
-        steps.prune(root, keep_last, DONE)
+        (out / DONE).write_text(json.dumps({"step": step, "run": run}))
+        steps.prune(root, keep_last, DONE, run=run)
     dist.barrier()
 
 

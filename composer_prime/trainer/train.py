@@ -34,6 +34,7 @@ from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.transports.weights import filesystem
 from composer_prime.transports.weights.publish import FilesystemPublisher, Publisher, ShardcastPublisher
 from composer_prime.utils.metrics import MetricsLog
+from composer_prime.utils.run_dir import new_id
 
 
 log = logging.getLogger(__name__)  # ranks other than 0 are quiet (entrypoints.trainer): one voice, not world_size
@@ -103,15 +104,16 @@ def published_dtype(cfg: TrainerConfig) -> torch.dtype:
 
 
 def publish(cfg: TrainerConfig, model: torch.nn.Module, model_dir: str, step: int, publisher: Publisher | None,
-            checkpointed: int) -> None:
-    """Write and announce weights/step_N; pruning spares the newest checkpoint's step (`checkpointed`)."""
+            checkpointed: int, run: str | None = None) -> None:
+    """Write and announce weights/step_N of run `run` (its id); pruning keeps that run's newest steps and
+    spares the newest checkpoint's (`checkpointed`)."""
     state = full_state_dict(model)  # collective: every rank takes part
     if publisher is not None:
         root = Path(cfg.output_dir) / "weights"
         path = filesystem.write_step(root, step, state, Path(model_dir), model.config.tie_word_embeddings,
-                                     published_dtype(cfg))
+                                     published_dtype(cfg), run)
         publisher.publish(step, path)
-        filesystem.prune(root, cfg.weight_broadcast.keep_last, checkpointed)
+        filesystem.prune(root, cfg.weight_broadcast.keep_last, checkpointed, run)
     dist.barrier()
 
 
@@ -195,19 +197,26 @@ def run(cfg: TrainerConfig) -> None:
     publisher = make_publisher(cfg) if dist.get_rank() == 0 else None
     sync = outer_sync.build(cfg, t)  # what wraps the loop between trainers elsewhere: nothing by default
     saved = objective.modules() | sync.state()  # checkpointed beside the model and optimizer
-    start = 0
-    if cfg.resume and (found := checkpoint.latest(run / "checkpoints")):
-        start, path = found
+    # The run id each checkpoint and weight step names (utils/run_dir.py): rl's, else the resumed checkpoint's
+    start, path, run_id = 0, None, cfg.run_id
+    if cfg.resume and (found := checkpoint.resumable(run / "checkpoints", cfg.run_id)):
+        start, path, run_id = found
+    elif not cfg.resume and (other := checkpoint.latest(run / "checkpoints")):  # rl refuses this before any start
+        raise SystemExit(f"{run} holds the checkpoints of another run (newest {other[1].name}): resume it, or start "
+                         "in another output_dir")
+    run_id = run_id or new_id()
+    if path is not None:
         checkpoint.load(path, model, optim, saved)
         log.info(f"resumed from {path} (step {start})")
-        publish(cfg, model, model_dir, start, publisher, start)
+        publish(cfg, model, model_dir, start, publisher, start, run_id)
     checkpointed = start
     sink, receiver = None, None
     if dist.get_rank() == 0:  # rows of steps the checkpoint does not contain are forgotten
         sink = MetricsLog(run, "trainer", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
         keys = auth.curve_keys(cfg.auth.keys_dir, "trainer", "orchestrator") if cfg.auth.keys_dir else None
         receiver = BatchReceiver(cfg.transport.address, keys)
-    log.info(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), steps {start}..{cfg.max_steps}")
+    log.info(f"ready: {sum(p.numel() for p in model.parameters()):,} params/rank, world {dist.get_world_size()} ({backend}), "
+             f"steps {start}..{cfg.max_steps} of run {run_id}")
 
     handoff = {"ckpt_s": 0.0, "publish_s": 0.0}  # saving and publishing the weights this step starts from
 
@@ -220,11 +229,11 @@ def run(cfg: TrainerConfig) -> None:
             sink.log({"step": step, **handoff, "time": time.time(), **metrics, "transport/refused": receiver.stats["refused"]})
         t0 = time.time()
         if (step + 1) % cfg.ckpt.interval == 0 or step + 1 == cfg.max_steps:
-            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, saved)
+            checkpoint.save(run / "checkpoints", step + 1, model, optim, cfg.ckpt.keep_last, saved, run_id)
             checkpointed = step + 1
         handoff["ckpt_s"] = time.time() - t0
         t0 = time.time()
-        publish(cfg, model, model_dir, step + 1, publisher, checkpointed)
+        publish(cfg, model, model_dir, step + 1, publisher, checkpointed, run_id)
         handoff["publish_s"] = time.time() - t0  # writing weights/step_N and inference loading it (filesystem)
         losses = " ".join(f"{k} {v:+.4f}" for k, v in metrics.items() if k.startswith("loss/")) or "empty batch: skipped"
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "

@@ -1,10 +1,17 @@
 """End-of-run summary: report.md, summary.json and reward.png in the run directory, with where
-each process spent its time per step (from the timings the orchestrator and trainer record)."""
+each process spent its time per step (from the timings the orchestrator and trainer record).
+
+A run continued with `--resume` is reported whole: its wall time is the sum of its segments'
+(utils/report_segments.py), the report says where it was resumed, and step times are taken within
+a segment only (never across a stop and the pause before its resume).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from composer_prime.utils import report_segments
 
 
 def metrics_rows(path: Path) -> list[dict]:
@@ -38,13 +45,17 @@ def time_breakdown(run: Path, inference: dict | None = None, skip: int = 2) -> d
     rows = [r for r in metrics_rows(run / "trainer" / "metrics.jsonl") if "wait_s" in r]
     skip = max(0, min(skip, len(rows) - 2))  # a short run of slow steps (a real model's): skip fewer, still say where time went
     trainer = [r for r in rows if r["step"] >= skip]
-    steps = {r["step"] for r in trainer[1:]}
+    segments = report_segments.load(run)
+    # each step after one of the same segment: its time is the gap between their rows
+    pairs = [(a, b) for a, b in zip(trainer, trainer[1:])
+             if report_segments.index(segments, a["time"]) == report_segments.index(segments, b["time"])]
+    steps = {b["step"] for _, b in pairs}
     orch = [r for r in metrics_rows(run / "orchestrator" / "metrics.jsonl") if "collect_s" in r and r["step"] in steps]
     if not steps or not orch:
         return {}
-    step_s = (trainer[-1]["time"] - trainer[0]["time"]) / len(steps)
+    step_s = sum(b["time"] - a["time"] for a, b in pairs) / len(pairs)
     phases = ("pack_s", "forward_s", "backward_s", "optim_s")
-    trainer = trainer[1:]
+    trainer = [b for _, b in pairs]
     out = {"steps": len(steps), "skipped": skip + 1, "step_s": step_s,
            "orchestrator": {"generate_and_score_s": _mean(orch, "collect_s"), "build_batch_s": _mean(orch, "build_s"),
                             "send_s": _mean(orch, "send_s"), "eval_s": _mean(orch, "eval_s"), "idle_s": _mean(orch, "wait_s")},
@@ -63,12 +74,17 @@ def summarize(run: Path, wall_s: float | None = None) -> dict:
     evals = [(r["step"], r["eval_reward"]) for r in orch if "eval_reward" in r]
     train = [(r["step"], r["reward"]) for r in orch if "reward" in r]
     rollouts = sum(r.get("rollouts", 0) for r in orch)
-    if wall_s is None and orch:
+    segments = report_segments.load(run)
+    walls = report_segments.wall_times(segments, [r["time"] for r in orch + trainer if "time" in r])
+    if segments:  # every segment of the run, not only the last rl's
+        wall_s = sum(walls)
+    elif wall_s is None and orch:
         wall_s = orch[-1]["time"] - orch[0]["time"]
     compute = sum(r["compute_s"] for r in trainer)
     return {
         "steps": len(trainer),
         "wall_s": wall_s,
+        "segments": [{"step": s["step"], "wall_s": w} for s, w in zip(segments, walls)],  # one per rl: [] without a record
         "rollouts": rollouts,
         "rollouts_per_s": rollouts / wall_s if wall_s else None,
         "trainer_busy_fraction": compute / wall_s if wall_s else None,
@@ -79,6 +95,15 @@ def summarize(run: Path, wall_s: float | None = None) -> dict:
         "time_per_step": time_breakdown(run),
         "volunteers": next((volunteers_line(r) for r in reversed(orch) if "volunteers/healthy" in r), None),
     }
+
+
+def resumed_words(segments: list[dict]) -> str:
+    """' in 2 segments, resumed at step 20 (412 + 142 s)' for a resumed run; '' for one that ran in one go."""
+    if len(segments) < 2:
+        return ""
+    at = ", ".join(str(s["step"]) for s in segments[1:])
+    walls = " + ".join(f"{s['wall_s']:.0f}" for s in segments)
+    return f" in {len(segments)} segments, resumed at step {at} ({walls} s)"
 
 
 def write_report(run: Path, wall_s: float | None = None) -> dict:
@@ -110,7 +135,7 @@ def write_report(run: Path, wall_s: float | None = None) -> dict:
              f"orchestrator idle {t['orchestrator']['idle_s']:.2f}\n") if t else ""
     (run / "report.md").write_text(
         f"# Run report: {run}\n\n"
-        f"- steps: {s['steps']}\n- wall time: {fmt(s['wall_s'], '{:.0f}')} s\n"
+        f"- steps: {s['steps']}\n- wall time: {fmt(s['wall_s'], '{:.0f}')} s{resumed_words(s['segments'])}\n"
         f"- rollouts: {s['rollouts']} ({fmt(s['rollouts_per_s'], '{:.1f}')}/s)\n"
         f"- trainer busy fraction: {fmt(s['trainer_busy_fraction'])}\n"
         f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n{where}"

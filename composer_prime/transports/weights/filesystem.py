@@ -1,7 +1,9 @@
 """Filesystem weight broadcast: `weights/step_N/` (HF layout) with a STABLE marker written last.
 
 A reader trusts a step directory only once STABLE exists, so a crash mid-write never exposes
-half a checkpoint. After writing, the trainer asks each inference server to load the step.
+half a checkpoint. STABLE names the step and the run that wrote it (utils/run_dir.py), so pruning
+keeps the current run's newest steps and `rl --resume` knows whose weights a step holds. After
+writing, the trainer asks each inference server to load the step.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from composer_prime.utils import steps
-
-MARKER = "STABLE"
+from composer_prime.utils.run_dir import STABLE as MARKER
 
 
 step_dir = steps.step_path
@@ -29,10 +30,10 @@ def latest_stable(root: Path) -> tuple[int, Path] | None:
 
 
 def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model_dir: Path, tied: bool,
-               dtype: torch.dtype | None = None) -> Path:
+               dtype: torch.dtype | None = None, run: str | None = None) -> Path:
     """Write the full weights as safetensors (cast to `dtype` if given) plus the model's config and
-    tokenizer files. The safetensors bytes depend on the weights only (the step is in the marker),
-    so consecutive steps have the same layout and a delta between them stays small."""
+    tokenizer files. The safetensors bytes depend on the weights only (the step and `run`, the run id,
+    are in the marker), so consecutive steps have the same layout and a delta between them stays small."""
     out = step_dir(root, step)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -45,13 +46,14 @@ def write_step(root: Path, step: int, state_dict: dict[str, torch.Tensor], model
             shutil.copy2(model_dir / name, tmp / name)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
-    (out / MARKER).write_text(json.dumps({"step": step}))
+    (out / MARKER).write_text(json.dumps({"step": step, "run": run}))
     return out
 
 
-def prune(root: Path, keep_last: int, protect: int | None = None) -> None:
-    """Keep the newest `keep_last` steps and `protect` (the newest checkpoint's: a resumed run's inference starts there)."""
-    steps.prune(root, keep_last, MARKER, protect)
+def prune(root: Path, keep_last: int, protect: int | None = None, run: str | None = None) -> None:
+    """Keep the newest `keep_last` steps (of run `run`: other runs' go) and `protect` (the newest checkpoint's:
+    a resumed run's inference starts there)."""
+    steps.prune(root, keep_last, MARKER, protect, run)
 
 
 def notify_inference(urls: list[str], path: Path, version: int, token: str | None = None, timeout_s: float = 120.0,
