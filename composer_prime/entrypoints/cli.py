@@ -8,7 +8,8 @@
     composer-prime keys make --out DIR   keys for processes that listen beyond loopback (auth.keys_dir)
     composer-prime traces ingest ...     recorded agent sessions to steps (see `composer-prime traces --help`)
     composer-prime toploc install        TOPLOC for volunteers: a prebuilt wheel, else built from source
-                                         (and installed wheels' misstated tags corrected: utils/wheel_tags.py)
+                                         (then installed wheels' misstated tags corrected, utils/wheel_tags.py,
+                                         and the environment's bytecode compiled, utils/bytecode.py)
     composer-prime volunteers invite ... a volunteer's join token (see `composer-prime volunteers --help`)
     composer-prime wheelhouse --out DIR  the wheels a node without a package index installs (docs/install.md)
 """
@@ -62,6 +63,12 @@ def _toploc(args: argparse.Namespace) -> int:
     except (subprocess.CalledProcessError, RuntimeError) as e:
         print(f"error: toploc could not be installed: {e}", file=sys.stderr)
         return 2
+    if args.target is None:  # the environment's bytecode, once here rather than at every `uv run` (utils/bytecode.py)
+        from composer_prime.utils.bytecode import compile_site
+
+        ok, seconds = compile_site()
+        print(f"the environment's bytecode compiled in {seconds:.0f} s"
+              + ("" if ok else " (some files are not valid on this Python: left as they are, as uv's compile does)"))
     return 0
 
 
