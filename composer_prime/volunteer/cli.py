@@ -7,6 +7,8 @@
 `--run` is the run's `output_dir` (the pool reads `<output_dir>/orchestrator/invites.json`, again
 whenever it changes: invites work while the run is going). The token is printed once, or written
 to `--out` (mode 0600) for `uv run worker --token_file FILE`; the store keeps only its hash.
+`revoke` says what it revoked and, where the run's pool is running, waits for it to eject the
+invite's keys (within a few of its beats, read from its roster: volunteer/roster.py) and says which.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from composer_prime.volunteer.invites import InviteError, Invites, store_path
+from composer_prime.volunteer.roster import NAME as ROSTER, STALE_BEATS, read_roster
 from composer_prime.volunteer.tls import pinned_token
 
 
@@ -47,7 +50,33 @@ def _list(args: argparse.Namespace) -> int:
 def _revoke(args: argparse.Namespace) -> int:
     if not Invites(store_path(args.run)).revoke(args.name, args.why):
         print(f"{args.name} was revoked already", file=sys.stderr)
+        return 0
+    print(f"revoked {args.name} ({args.why}): {ejected(args.run, args.name)}")
     return 0
+
+
+def keys(n: int) -> str:
+    return f"{n} key" + ("" if n == 1 else "s")
+
+
+def ejected(run: Path, name: str) -> str:
+    """Which keys of invite `name` the running pool ejected, waiting up to a few of its beats for it to."""
+    path = store_path(run).with_name(ROSTER)
+    if (roster := read_roster(path)) is None:
+        return f"no pool is running in {run}; its keys are refused when they join"
+    nodes = [m["node"] for m in roster["members"] if m.get("invite") == name and m.get("status") != "ejected"]
+    if not nodes:
+        return "no key of it is in the running pool"
+    deadline = time.time() + STALE_BEATS * roster["heartbeat_s"] + 5.0
+    while True:
+        now = read_roster(path) or roster
+        left = [m["node"] for m in now["members"] if m.get("node") in nodes and m.get("status") != "ejected"]
+        if not left:
+            return f"{keys(len(nodes))} ejected from the running pool ({', '.join(n[:12] for n in nodes)})"
+        if time.time() > deadline:
+            return (f"{len(nodes) - len(left)} of its {keys(len(nodes))} ejected; {', '.join(n[:12] for n in left)} "
+                    "still in the pool, refused at its next request")
+        time.sleep(0.2)
 
 
 def _run(func):

@@ -75,10 +75,10 @@ class Door:
         is not a healthy member costs no signature check and leaves nothing remembered."""
         pool, node = self.pool, self.signer(body)
         member = pool.members.get(node)
-        if member is not None and member.invite and member.status != "ejected" and self.revoked(member.invite):
-            pool.eject(member, "its invite was revoked")
-        if node in pool.ejected:
-            self.refuse("ejected", 403, "this node was ejected from the run")
+        if member is not None and member.status != "ejected" and (why := pool.revocation(member.invite)):
+            pool.eject(member, why)
+        if node in pool.ejected:  # and why, in words: the worker says it (issue 46)
+            self.refuse("ejected", 403, f"this node was ejected from the run: {pool.ejected[node]}")
         if member is None or member.status != "healthy":
             self.refuse("unregistered", 403, "not a member of the pool: join first")
         if not hello_valid(body, route):
@@ -144,12 +144,6 @@ class Door:
             self.refuse("revoked", 403, f"this invite was revoked: {entry['revoked']}")
         return name
 
-    def revoked(self, invite: str) -> bool:
-        try:
-            return bool(self.pool.invites.table().get(invite, {}).get("revoked"))
-        except InviteError:  # a broken file revokes no one (its joins are refused meanwhile)
-            return False
-
     def room_for(self, invite: str, address: str) -> None:
         """A new member within the bounds (module docstring); else 403."""
         members, cfg = self.pool.members, self.cfg
@@ -175,7 +169,7 @@ class Door:
         invite = self.admit(str(body.get("token", "")) if isinstance(body, dict) else "", address)
         node = self.signer(body)
         if node in pool.ejected:
-            self.refuse("ejected", 403, "this node was ejected from the run")
+            self.refuse("ejected", 403, f"this node was ejected from the run: {pool.ejected[node]}")
         if not hello_valid(body, "join"):
             self.refuse("bad_signature", 403, "bad or stale signature")
         member = pool.members.get(node)
@@ -190,7 +184,7 @@ class Door:
         if member.status != "healthy" or PREFIX + node not in pool.nodes.nodes:  # new, or back: its record kept
             member.status = "healthy"
             pool.nodes.join(VolunteerNode(node, pool))
-            log.info(f"volunteer {node[:12]} joined")
+            log.info(f"volunteer {pool.who(member)} joined")
         member.last_beat = time.time()
         return JoinAnswer(pool.model, pool.weights, self.cfg.heartbeat_s, self.cfg.dtype).to_json()
 

@@ -22,6 +22,9 @@ key that joined with that invite ejected too. A node's record outlives its death
 silent and joins again keeps its strikes. A new node is on probation, one request in flight
 (`probation_requests`), until `probation_accepted` submissions are accepted: a request beyond that
 goes to another node.
+
+The run's lines name a volunteer by invite and node (`my-laptop (3f2a9c1b4d5e)`), an ejected node is told
+why, and every beat the pool writes its roster for the operator's commands (volunteer/roster.py).
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ from composer_prime.contract.weights import Directory, Shardcast, WeightsSource
 from composer_prime.orchestrator.pool import Audit, NodePool
 from composer_prime.transports import auth
 from composer_prime.volunteer.door import Door
-from composer_prime.volunteer.invites import Invites, store_path
+from composer_prime.volunteer.invites import InviteError, Invites, store_path
 from composer_prime.volunteer.members import PREFIX, Held, LeaseLost, Member, Pending, Record
+from composer_prime.volunteer.roster import NAME as ROSTER, Stopping, write_roster
 from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token, split_token
 from composer_prime.volunteer.validator import Validator
 
@@ -69,7 +73,7 @@ class VolunteerPool:
         self.invites, self.tls = invites, tls
         self.members: dict[str, Member] = {}
         self.records: dict[str, Record] = {}  # invite -> its volunteer's record (the operator's invites: bounded)
-        self.ejected: dict[str, None] = {}  # ordered: the oldest forgotten past EJECTED_KEPT
+        self.ejected: dict[str, str] = {}  # node -> why; ordered: the oldest forgotten past EJECTED_KEPT
         self.pending: dict[str, Pending] = {}
         self.refused = Counter()  # requests refused before any node is known: unregistered, bad signature
         self.validator: Validator | None = None
@@ -77,6 +81,7 @@ class VolunteerPool:
         self.door = Door(self)
         self._tasks: list[asyncio.Task] = []
         self._server: uvicorn.Server | None = None
+        self._stopping = Stopping()
 
     @classmethod
     def active(cls, cfg: OrchestratorConfig) -> bool:
@@ -109,8 +114,11 @@ class VolunteerPool:
 
     async def start(self) -> None:
         cert, key = self.tls or (None, None)
-        self._server = uvicorn.Server(uvicorn.Config(self.door.app(), host=self.cfg.host, port=self.cfg.port,
+        # lifespan off: the door has no start-up or shutdown hooks, and a force_exit leaves the lifespan task to be
+        # cancelled at the loop's end, whose traceback starlette hands uvicorn to log as an error
+        self._server = uvicorn.Server(uvicorn.Config(self.door.app(), host=self.cfg.host, port=self.cfg.port, lifespan="off",
                                                      log_level="warning", ssl_certfile=cert, ssl_keyfile=key))
+        logging.getLogger("uvicorn.error").addFilter(self._stopping)
         self._tasks = [asyncio.create_task(self._server.serve()), asyncio.create_task(self._watch())]
         while not self._server.started:
             if self._tasks[0].done():  # the port was taken: its exception says so
@@ -122,7 +130,9 @@ class VolunteerPool:
     async def stop(self) -> None:
         if self._server is not None:
             # the run is over: no need to wait out the workers' long polls for leases (up to `wait_s` each),
-            # which uvicorn's graceful shutdown would; they hear that the pool is gone
+            # which uvicorn's graceful shutdown would; they hear that the pool is gone. Cut, each poll's
+            # cancellation is no error (Stopping); the filter stays: the loop's end cancels the last ones
+            self._stopping.stopping = True
             self._server.should_exit = self._server.force_exit = True
         for t in self._tasks[1:]:
             t.cancel()
@@ -220,12 +230,26 @@ class VolunteerPool:
         node: a record of its own)."""
         return self.records.setdefault(invite, Record()) if invite else Record()
 
+    def who(self, member: Member) -> str:
+        """A volunteer as the run's lines name it: its invite and node ('my-laptop (3f2a9c1b4d5e)'), or an
+        open run's node alone."""
+        return f"{member.invite} ({member.node_id[:12]})" if member.invite else member.node_id[:12]
+
+    def revocation(self, invite: str) -> str | None:
+        """Why the operator revoked `invite` ('its invite was revoked: <why>'), None while it stands (or the
+        invites file cannot be read: a broken file revokes no one, and refuses joins meanwhile)."""
+        try:
+            why = self.invites.table().get(invite, {}).get("revoked") if invite else None
+        except InviteError:
+            return None
+        return f"its invite was revoked: {why}" if why else None
+
     def eject(self, member: Member, why: str) -> None:
-        """Eject the node, revoke its invite and eject every other key that joined with it."""
-        log.warning(f"volunteer {member.node_id[:12]} ejected: {why}")
+        """Eject the node, revoke its invite and eject every other key that joined with it; each is told `why`."""
+        log.warning(f"volunteer {self.who(member)} ejected: {why}")
         same = [m for m in self.members.values() if member.invite and m.invite == member.invite and m is not member]
         for m in [member, *same]:
-            self.ejected[m.node_id] = None
+            self.ejected[m.node_id] = why
             if m.status != "ejected":
                 self._gone(m, "ejected")
         while len(self.ejected) > EJECTED_KEPT:  # an open run's Sybils come with fresh keys anyway
@@ -269,12 +293,18 @@ class VolunteerPool:
             member.counts["reassigned"] += len(held)
 
     async def _watch(self) -> None:
-        """Every beat period: a node silent for `dead_after` periods is dead."""
+        """Every beat period: a node silent for `dead_after` periods is dead, one whose invite the operator
+        revoked is ejected (it would be at its next request), and the members are written for the operator."""
         while True:
             await asyncio.sleep(self.cfg.heartbeat_s)
             now = time.time()
             for m in list(self.members.values()):
-                if m.status == "healthy" and now - m.last_beat > self.cfg.dead_after * self.cfg.heartbeat_s:
-                    log.warning(f"volunteer {m.node_id[:12]} missed {self.cfg.dead_after} heartbeats: dead, "
+                if m.status != "ejected" and (why := self.revocation(m.invite)):
+                    self.eject(m, why)
+                elif m.status == "healthy" and now - m.last_beat > self.cfg.dead_after * self.cfg.heartbeat_s:
+                    log.warning(f"volunteer {self.who(m)} missed {self.cfg.dead_after} heartbeats: dead, "
                                 f"its leases go to other nodes")
                     self._gone(m, "dead")
+            with contextlib.suppress(OSError):  # the operator's view only: never the run's failure
+                write_roster(self.invites.path.with_name(ROSTER), self.members.values(), self.cfg.heartbeat_s)
+

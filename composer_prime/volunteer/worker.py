@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from dataclasses import asdict
@@ -62,6 +63,22 @@ def unreachable(e: aiohttp.ClientError, url: str) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
+def refusal(text: str) -> str:
+    """The reason a pool's refusal gives: FastAPI's `{"detail": "..."}` read, not printed as JSON (issue 46: a
+    revoked worker said `ejected by the run: {"detail":"..."}`); any other body as it came."""
+    try:
+        detail = json.loads(text).get("detail")
+    except (ValueError, AttributeError):
+        return text
+    return detail if isinstance(detail, str) else text
+
+
+def ejected(detail: str) -> Ejected:
+    """The pool's word on this node's ejection: 'ejected by the run: <why>' (door.py says 'this node was
+    ejected from the run: <why>')."""
+    return Ejected(f"ejected by the run: {detail.removeprefix('this node was ejected from the run: ')}")
+
+
 class Worker:
     def __init__(self, cfg: WorkerConfig, key) -> None:
         self.cfg, self.key, self.node = cfg, key, node_id(key)
@@ -85,8 +102,9 @@ class Worker:
         return aiohttp.TCPConnector(ssl=aiohttp.Fingerprint(bytes.fromhex(pin)))
 
     async def post(self, route: str, body: dict) -> tuple[int, dict | None]:
+        """(status, answer); a refusal's answer is {"detail": its reason in words}."""
         async with self._http.post(f"{self.url}/pool/{route}", json=body) as r:
-            return r.status, (await r.json() if r.status == 200 else {"detail": await r.text()})
+            return r.status, (await r.json() if r.status == 200 else {"detail": refusal(await r.text())})
 
     async def join(self, wait_s: float = 120.0) -> JoinAnswer:
         """Join (again); a pool not up yet, or limiting joins (429: strangers on this host, or this invite's
@@ -159,7 +177,7 @@ class Worker:
                 status, body = await self.post("heartbeat", hello(self.key, "heartbeat"))
                 failing = False
                 if status == 403 and "ejected" in body["detail"]:
-                    raise Ejected(f"ejected by the run: {body['detail']}")
+                    raise ejected(body["detail"])
                 if status == 403:  # declared dead (a pause, a slow link): join again
                     await self.join()
             except aiohttp.ClientError as e:
@@ -190,7 +208,7 @@ class Worker:
             if status == 204:
                 continue
             if status == 403 and "ejected" in body["detail"]:
-                raise Ejected(f"ejected by the run: {body['detail']}")
+                raise ejected(body["detail"])
             if status != 200:
                 await asyncio.sleep(1.0)  # rate-limited, or dead and re-joining
                 continue
@@ -211,7 +229,7 @@ class Worker:
                     await asyncio.sleep(0.5)
                     continue
                 if r.status != 202:
-                    log.warning(f"lease {lease.lease_id[:8]}: submission refused: {r.status} {await r.text()}")
+                    log.warning(f"lease {lease.lease_id[:8]}: submission refused: {r.status} {refusal(await r.text())}")
                 return
 
     async def work(self, lease: Lease) -> Submission:
