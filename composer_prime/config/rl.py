@@ -24,13 +24,18 @@ SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
 
 
 class WatchdogConfig(Strict):
-    """`rl` watches progress (utils/watchdog.py): when no process has advanced (a trainer step, an
-    orchestrator batch, a weight version loaded) for max(floor_s, factor x the recent step time), it
-    writes every process's stacks, says which process stopped and where, and stops the run."""
+    """`rl` watches progress (utils/watch.py) in phases, each with its limit: until every process is up
+    (`startup_s`: a model's conversion, vLLM's start), then until the first steps (`first_batch_s`: a
+    reward call, an environment's first episode), then steady (max(floor_s, factor x the slowest step so
+    far)). Past the limit with no process advancing, it writes every process's stacks, names the one
+    that stopped (or what it waits on) and stops the run."""
 
-    factor: float = Field(20.0, gt=1, description="stalled after this many recent step times without progress")
-    floor_s: float = Field(300.0, gt=0, description="never stalled sooner than this (evaluations, checkpoints)")
-    startup_s: float = Field(1800.0, gt=0, description="before the first step: model conversion, vLLM's start")
+    factor: float = Field(10.0, gt=1, description="steady: stalled after this many times the slowest step so "
+                                                  "far without progress")
+    floor_s: float = Field(30.0, gt=0, description="steady: never stalled sooner than this (evaluations, checkpoints)")
+    startup_s: float = Field(1800.0, gt=0, description="until every process is up: model conversion, vLLM's start")
+    first_batch_s: float = Field(120.0, gt=0, description="once every process is up, until the first steps: "
+                                                          "no rollout, step or weight load for this long")
     on_stall: Literal["stop", "wait"] = Field("stop", description="stop the run (resume it with --resume), or say "
                                                                   "so and keep waiting")
 

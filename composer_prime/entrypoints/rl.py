@@ -27,7 +27,7 @@ from composer_prime.utils import report_segments, run_dir
 from composer_prime.utils.logs import setup
 from composer_prime.utils.report import metrics_rows, resumed_words, write_report
 from composer_prime.utils.supervise import supervise
-from composer_prime.utils.watchdog import Watch
+from composer_prime.utils.watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def check_seq_len(processes: list[Process], provenance: dict[str, str]) -> None:
 
     orch = next(p.config for p in processes if p.entrypoint == "orchestrator")  # islands share envs and seq_len
     try:
-        fits(*dry_run_inputs(orch.envs, resolve_model(orch.model)), orch.seq_len, place_of("seq_len", provenance))
+        fits(*dry_run_inputs(orch.envs, orch.model), orch.seq_len, place_of("seq_len", provenance))
     except EnvError as e:
         raise ConfigError(str(e)) from None
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
            "TOKENIZERS_PARALLELISM": "false"}
     start = time.time()
     w = cfg.watchdog
-    watch = Watch(run / "logs" / "watch", w.factor, w.floor_s, w.startup_s)
+    watch = Watch(run / "logs" / "watch", w.factor, w.floor_s, w.startup_s, w.first_batch_s, finish)
     ids = {Path(p.config.output_dir): p.config.run_id for p in processes if p.entrypoint == "trainer"}
     for where in wheres:  # the report covers every segment of the run: this one is recorded from here
         found = run_dir.checkpoints(where) if cfg.resume else []  # none: a new run, or a resume from step 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from composer_prime.config.models import EnvConfig
 from composer_prime.env_runtime.episode import EpisodeFault, Opened
 from composer_prime.env_runtime.errors import EnvError
 from composer_prime.env_runtime.openenv_servers import Schemas, Server, Servers, Slot
+from composer_prime.utils import watchdog
 
 ANSWER = "answer"  # the tool a final reply goes to, when the environment has it
 TRAIN_TASKS = 1_000_000  # training seeds when `args` names no num_tasks
@@ -139,8 +141,10 @@ class OpenEnvSession:
         self.reward, self.done, self.clean = 0.0, False, False
 
     async def request(self, *messages: dict) -> list[dict]:
-        try:
-            return await self.conn.request(*messages)
+        try:  # the watchdog's status: this process waits on the server (its step_timeout_s ends the wait)
+            with watchdog.waiting(f"{self.env.cfg.id}'s server", "/".join(m["type"] for m in messages),
+                                  time.time() + self.env.cfg.step_timeout_s):
+                return await self.conn.request(*messages)
         except EpisodeFault as e:
             await self.discard()
             if e.reason == "server_died":  # started here and dead: start it again for the episodes to come

@@ -46,6 +46,7 @@ from composer_prime.orchestrator.prompt_fit import check_seq_len
 from composer_prime.orchestrator.rollouts import Rollout, group
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
+from composer_prime.utils import watchdog
 from composer_prime.utils.metrics import MetricsLog
 from composer_prime.utils.proc import long_lived
 from composer_prime.utils.report import volunteers_line
@@ -277,8 +278,10 @@ class Orchestrator:
         await self.client.wait_ready()
         sender = BatchSender(cfg.transport.address, self.keys)
         log.info(f"waiting for the trainer at {cfg.transport.address}")
-        while self.restarted(sender) is None:
-            await asyncio.sleep(0.2)
+        with watchdog.waiting("trainer", "its start"):
+            while self.restarted(sender) is None:
+                await asyncio.sleep(0.2)
+        watchdog.ready()  # inference answers and the trainer waits: the first batch is next
         step = start = self.restart
         self.restart = None
         metrics = MetricsLog(self.run, "orchestrator", start, cfg.wandb.model_dump(), cfg.model_dump(mode="json"))
@@ -291,7 +294,8 @@ class Orchestrator:
             # Step n may use policy n - k; after the last step, wait for the final weights.
             needed = step - cfg.max_async_level if step < cfg.max_steps else cfg.max_steps
             t_wait = time.time()
-            version = await self.client.wait_version(needed, interrupt=lambda: self.restarted(sender) is not None)
+            with watchdog.waiting("trainer", f"weights v{needed}"):
+                version = await self.client.wait_version(needed, interrupt=lambda: self.restarted(sender) is not None)
             row: dict = {"step": step, "time": time.time()}
             row["wait_s"] = row["time"] - t_wait  # idle: waiting for a recent enough policy
             if version is not None and step < cfg.max_steps:

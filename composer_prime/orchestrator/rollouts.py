@@ -6,7 +6,9 @@ turn is generated: sampled as token ids through the inference server's token rou
 to one token sequence with a mask of what the model sampled, so the trainer learns from model
 tokens only, at their sampling log-probs. A tool's reply is appended as the chat template renders
 it, never re-tokenising what came before. A rollout whose environment failed it (EpisodeFault)
-comes back marked `dropped` with the reason, to be counted and left out.
+comes back marked `dropped` with the reason, to be counted and left out. Waiting on inference is
+this process's watchdog status (utils/watchdog.py), and each finished rollout counts as progress
+within a step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, o
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.orchestrator.client import InferenceClient
+from composer_prime.utils import watchdog
 from composer_prime.utils.chat import continuation_ids, prompt_ids
 
 
@@ -92,7 +95,8 @@ class TokenTurns:
         seed = self.sampling.seed if self.sampling.seed is not None else self.seed + k * TURN_SEED_STRIDE
         params = self.sampling.model_copy(update={"max_tokens": budget, "seed": seed}).or_eos(self.tok.eos_token_id)
         async with self.sem:
-            c = await self.client.generate(r.prompt_ids + r.completion_ids, params)
+            with watchdog.waiting("inference", f"a turn of {r.env}"):
+                c = await self.client.generate(r.prompt_ids + r.completion_ids, params)
         if (end := completion_end(c.token_ids, params.stop_token_ids)) < len(c.token_ids):
             # a server that ran past its stop token: what follows is no part of the turn (nor of its reward)
             c = dataclasses.replace(c, token_ids=c.token_ids[:end], logprobs=c.logprobs[:end], finish_reason="stop")
@@ -132,6 +136,7 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         r.dropped, r.dropped_detail = e.reason, str(e)
         return r
     r.turns, r.reward, r.metrics, r.tools, r.sites = ep.turns, ep.reward, ep.metrics, ep.tools, ep.sites
+    watchdog.active()
     return r
 
 

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from composer_prime.contract.batches import Batch, Sample, SchemaError
 from composer_prime.trainer.loss import Objective
 from composer_prime.transports.batches.zmq import BatchReceiver
+from composer_prime.utils import watchdog
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +41,25 @@ class ZmqSource:
         arrival, so a malformed batch is refused, not trained on."""
         box: list = [None]
         if self.receiver is not None:
+            watchdog.ready()  # loaded and waiting: the first batch is next (said once)
             waited, said = time.time(), time.time()
-            while box[0] is None:
-                self.receiver.announce(step)
-                try:
-                    batch = self.receiver.recv(timeout_s=1)
-                    if batch is not None:
-                        objective.check(batch)
-                except SchemaError as e:
-                    log.warning(f"rejected a message: {e}")
-                    continue
-                if batch is None and time.time() - said > 30:
-                    log.info(f"waiting for batch {step} ({time.time() - waited:.0f}s)")
-                    said = time.time()
-                elif batch is not None and batch.step != step:
-                    log.info(f"dropped batch {batch.step}: expecting {step}")
-                elif batch is not None:
-                    box[0] = batch
+            with watchdog.waiting("orchestrator", f"batch {step}"):  # the watchdog's status, asked on a stall
+                while box[0] is None:
+                    self.receiver.announce(step)
+                    try:
+                        batch = self.receiver.recv(timeout_s=1)
+                        if batch is not None:
+                            objective.check(batch)
+                    except SchemaError as e:
+                        log.warning(f"rejected a message: {e}")
+                        continue
+                    if batch is None and time.time() - said > 30:
+                        log.info(f"waiting for batch {step} ({time.time() - waited:.0f}s)")
+                        said = time.time()
+                    elif batch is not None and batch.step != step:
+                        log.info(f"dropped batch {batch.step}: expecting {step}")
+                    elif batch is not None:
+                        box[0] = batch
         dist.broadcast_object_list(box, src=0)
         return box[0]
 

@@ -4,13 +4,15 @@ What `rl` does with inference, trainer, orchestrator and relays. Each process ru
 session (so a stop reaches its whole process group: torchrun's ranks, vLLM's server) and dies
 with the supervisor. When one fails, the others are stopped quietly (their shutdown output goes
 to their logs only), the console ends with the failing process's own last line, named after it,
-and the supervisor exits with code 1. When none has advanced for too long (utils/watchdog.py),
-every process writes its stacks, one line names the process that stopped and where, and the run
-stops the same way (or, told to wait, goes on waiting).
+and the supervisor exits with code 1 (2 where that process exited 2: one line of its own on bad input,
+an environment every rollout of which timed out). When none has advanced for too long (utils/watch.py),
+every process writes its stacks, one line names the process that stopped and where (or the call it
+waits on), and the run stops the same way (or, told to wait, goes on waiting).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from composer_prime.utils.logs import PROCESS_ENV
 from composer_prime.utils.proc import die_with_parent
-from composer_prime.utils.watchdog import WATCH_ENV, Watch, ask_stacks, place
+from composer_prime.utils.watch import GRACE_S, Watch, diagnose
+from composer_prime.utils.watchdog import WATCH_ENV
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # 
     for p in procs.values():
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # a stopped process (SIGSTOP, Ctrl-Z) acts on SIGTERM once it runs
+                os.killpg(p.pid, signal.SIGCONT)
     deadline = time.time() + grace_s
     for p in procs.values():
         try:
@@ -88,25 +93,31 @@ def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: 
     code = procs[name].returncode
     died = f"killed by {_signal_name(-code)}; its last line: " if code < 0 else ""
     print(f"{name}: {died}{console.last_line(name)}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
+    raise SystemExit(2 if code == 2 else 1)  # 2: its own one-line verdict on what it was given (an environment)
 
 
 def _stalled(console: Console, procs: dict[str, subprocess.Popen], finish: set[str], watch: Watch, wait: bool) -> None:
-    """No process advanced within the limit: stacks from all, one line naming the one that stopped: of the
-    processes that drive the run (`finish`: trainers, orchestrators), the one that advanced longest ago
-    (servers only answer them; their stacks are in the dump all the same)."""
-    stacks = ask_stacks(watch.where)
-    blamed = watch.blame([n for n in procs if n in finish] or list(procs))
-    line = (f"no process advanced for {watch.silent_s():.0f} s (the limit: {watch.limit_s():.0f} s); {blamed} stopped "
-            f"in {place(blamed, stacks)}; every process's stacks: {watch.where}/*.stacks")
+    """No process advanced within the limit: stacks from all, one line naming the innermost cause
+    (utils/watch.py `diagnose`): a process stopped or stuck, or the outside call one waits on. A call
+    with its own timeout is said and left to it; otherwise the run stops (or, told to wait, waits on)."""
+    silent, limit, words = watch.silent_s(), watch.limit_s(), watch.limit_words()
+    live = {n: p.pid for n, p in procs.items() if p.poll() is None}  # one that finished is no suspect
+    verdict = diagnose(watch, live, [n for n in live if n in finish])
+    bounded = verdict.until is not None and verdict.until > time.time()  # a call its own timeout will end
+    ends = f" (its own timeout ends it in {verdict.until - time.time():.0f} s)" if bounded else ""
+    line = (f"no process advanced for {silent:.0f} s (the limit: {limit:.0f} s, {words}); {verdict.cause}{ends}; "
+            f"every process's stacks: {watch.where}/*.stacks")
     with (watch.where.parent / "watchdog.log").open("a") as f:  # the run's record of it, beside each process's log
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+    if bounded:
+        log.warning(line)
+        watch.hush(verdict.until + GRACE_S)
+        return
     if wait:
         log.warning(f"{line}; waiting on (watchdog.on_stall = wait)")
-        watch.started = time.time()  # said once per limit, not every half second
-        watch.marks.clear()
+        watch.hush(time.time())  # said once per limit, not every half second
         return
-    console.failed = blamed
+    console.failed = verdict.blamed
     console.stopping.set()
     log.warning(f"{line}; stopping the run (continue it with --resume)")
     stop(procs)

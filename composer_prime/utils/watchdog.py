@@ -1,37 +1,42 @@
-"""No silent hangs (issue 37): processes say when they advance; `rl` notices when none has.
+"""No silent hangs (issues 37, 46), a process's side: it says when it is up and when it advances, and,
+asked, where it is and what it waits for. The supervisor's side (the limits, who is blamed) is watch.py.
 
 A run's processes (started by `rl`, utils/supervise.py) find `WATCH_ENV` set to a directory. Each
-writes `<name>.progress` whenever it advances (`advanced`: a metrics row, i.e. a trainer step or an
-orchestrator batch, and a weight version an inference server loads), and on SIGUSR1 writes
-`<name>.stacks`: every thread's stack and, for an event loop, the await chain of every task, with
-the frame it is stuck in on the first line (`WHERE ...`), as `<name>-<pid>.stacks`. SIGUSR2 makes
+keeps `<name>.progress` there: when it became ready (`ready`: up, its first batch next), its steps
+(`advanced`: a metrics row, i.e. a trainer step or an orchestrator batch, and a weight version an
+inference server loads) with the recent gaps between them, and when something last moved inside a
+step (`active`: a rollout finished). On SIGUSR1 it writes `<name>-<pid>.stacks`: the place it is
+stuck in on the first line (`WHERE ...`), then what it waits for (`WAIT` lines: a peer process, an
+environment's reward function, with how long and, for a call that has its own timeout, until when),
+then every thread's stack and, for an event loop, the await chain of every task. SIGUSR2 makes
 faulthandler dump the C-level view into `<name>-<pid>.faults` (what a process blocked in native
 code, a collective say, can still give).
 
-The supervisor's `Watch` reads the progress files. With `step_s` the recent step time (the median
-interval between a process's marks, the slowest process's), the run has stalled once no process
-advanced for `max(floor_s, factor * step_s)` (before the first step: `startup_s`). Then it asks every
-process for its stacks and blames the one that advanced longest ago.
+What a process waits for is kept in memory (`waiting`, a dict entry per open wait: microseconds)
+and written only when asked, so a step pays nothing for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import faulthandler
+import itertools
 import json
 import os
 import signal
-import statistics
 import sys
 import sysconfig
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 WATCH_ENV = "COMPOSER_PRIME_WATCH"  # the directory progress marks and stacks go to
 LIBRARY = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]} if p)
+GAPS_KEPT = 16  # recent step gaps in a progress file: the supervisor keeps the slowest it has seen
+ACTIVE_EVERY_S = 1.0  # `active` rewrites the file at most this often (it may be called for every rollout)
 
 
 def _dir() -> Path | None:
@@ -40,15 +45,63 @@ def _dir() -> Path | None:
 
 
 _me: str | None = None  # this process's name in the run, once `install` ran under `rl`
+_progress: dict = {"ready": None, "steps": 0, "step": None, "active": None, "gaps": [], "time": None}
+_last: dict[str, float] = {}  # what -> when it last advanced (a gap is between two marks of the same kind)
+_written = [0.0]
+_waits: dict[int, tuple[str, str, float, float | None, Callable[[], str | None] | None]] = {}
+_ids = itertools.count()
+
+
+def _write(now: float) -> None:
+    if (where := _dir()) is None or _me is None:
+        return
+    _progress["time"], _written[0] = now, now
+    tmp = where / f".{_me}-{os.getpid()}.progress.tmp"
+    tmp.write_text(json.dumps(_progress))
+    os.replace(tmp, where / f"{_me}.progress")
+
+
+def ready() -> None:
+    """This process is up: its first batch is next (the supervisor's short first-batch limit starts once
+    every driving process said so); a no-op outside `rl`, and after the first call."""
+    if _progress["ready"] is None:
+        _progress["ready"] = time.time()
+        _write(_progress["ready"])
 
 
 def advanced(what: str, value: int | None) -> None:
     """This process got to `value` of `what` (a step, a batch, a weight version); a no-op outside `rl`."""
-    if (where := _dir()) is None or _me is None:
+    now = time.time()
+    if what in _last:
+        _progress["gaps"] = [*_progress["gaps"], [now, now - _last[what]]][-GAPS_KEPT:]
+    _last[what] = now
+    _progress["steps"] += 1
+    _progress["step"] = now
+    _write(now)
+
+
+def active() -> None:
+    """Something moved within a step (a rollout finished): not a step, but not a stall either."""
+    now = _progress["active"] = time.time()
+    if now - _written[0] >= ACTIVE_EVERY_S:
+        _write(now)
+
+
+@contextmanager
+def waiting(on: str, what: str = "", until: float | None = None, where: Callable[[], str | None] | None = None) -> Iterator[None]:
+    """While inside, this process waits for `on`: a peer process by its role ("inference", "trainer",
+    "orchestrator") or something outside named in words ("my-env's reward function"); `what` says
+    which (a batch, a task), `until` when the wait's own timeout ends it, `where` the place it is
+    stuck in (asked only when the stacks are written)."""
+    if _me is None:
+        yield
         return
-    tmp = where / f".{_me}-{os.getpid()}.progress.tmp"
-    tmp.write_text(json.dumps({"what": what, "value": value, "time": time.time()}))
-    os.replace(tmp, where / f"{_me}.progress")
+    key = next(_ids)
+    _waits[key] = (on, what, time.time(), until, where)
+    try:
+        yield
+    finally:
+        del _waits[key]
 
 
 def install(process: str) -> None:
@@ -66,19 +119,25 @@ def install(process: str) -> None:
     (where / f"{me}.pid").write_text(str(os.getpid()))
 
 
-def _ours(frame) -> bool:
+def ours(frame) -> bool:
     return not frame.f_code.co_filename.startswith(LIBRARY) and "watchdog" not in frame.f_code.co_filename
+
+
+def place_of(frame) -> str:
+    """`dir/file.py:line in function`: the file's directory too, so an environment's `taskset.py` is told apart."""
+    path = Path(frame.f_code.co_filename)
+    return f"{path.parent.name}/{path.name}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
 def _where(frames: list) -> str | None:
     """The innermost frame of our code (not the standard library's nor an installed package's)."""
     for f in reversed(frames):
-        if _ours(f):
+        if ours(f):
             return f"{Path(f.f_code.co_filename).name}:{f.f_lineno} in {f.f_code.co_name}"
     return None
 
 
-def _await_chain(task: asyncio.Task) -> list:
+def await_chain(task: asyncio.Task) -> list:
     """A task's frames, outermost first, following what each coroutine awaits."""
     frames, coro = [], task.get_coro()
     while coro is not None and getattr(coro, "cr_frame", None) is not None:
@@ -87,100 +146,50 @@ def _await_chain(task: asyncio.Task) -> list:
     return frames
 
 
+def _running_our_code(stack: list) -> bool:
+    """The main thread is inside our code called from the event loop (a callback that blocks it), not idle
+    in the loop's select: then its own stack says where it is, not the tasks' await chains."""
+    inner = [i for i, f in enumerate(stack) if ours(f)]
+    loop = [i for i, f in enumerate(stack) if f"{os.sep}asyncio{os.sep}" in f.f_code.co_filename]
+    return bool(inner and loop and inner[-1] > loop[0])
+
+
+def _wait_lines(now: float) -> list[str]:
+    """`WAIT since until on what where`, tab-separated, the oldest wait for each thing waited on."""
+    oldest: dict[str, tuple] = {}
+    for on, what, since, until, where in list(_waits.values()):
+        if on not in oldest or since < oldest[on][2]:
+            oldest[on] = (on, what, since, until, where)
+    lines = []
+    for on, what, since, until, where in sorted(oldest.values(), key=lambda w: w[2]):
+        try:
+            at = (where() if where else None) or ""
+        except Exception:  # noqa: BLE001 - a place we could not read must not cost the rest of the dump
+            at = ""
+        lines.append("\t".join(["WAIT", f"{since:.3f}", f"{until:.3f}" if until else "-", on, what, at]))
+    return lines
+
+
 def _write_stacks(path: Path) -> None:
-    lines, places = [], []
+    lines, main_place, now = [], None, time.time()
     main = threading.main_thread().ident
     for ident, frame in sys._current_frames().items():
         stack = [f for f, _ in traceback.walk_stack(frame)][::-1]
         name = next((t.name for t in threading.enumerate() if t.ident == ident), str(ident))
         lines += [f"thread {name}:", "".join(traceback.format_list(traceback.extract_stack(frame))).rstrip()]
         if ident == main:
-            places.append(_where(stack))
+            main_place = (_where(stack), _running_our_code(stack))
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
-    if loop is not None:  # the main thread sits in the loop's select: where each task waits says more
+    place, running = (main_place[0], loop is not None and main_place[1]) if main_place else (None, False)
+    if loop is not None:
         tasks = sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name())
         for t in tasks:
-            chain = _await_chain(t)
+            chain = await_chain(t)
             lines += [f"task {t.get_name()}:", *(f"  {_where([f]) or f.f_code.co_name}" for f in chain)]
-        places = [p for t in tasks if (p := _where(_await_chain(t)))][:1] or places
-    where = next((p for p in places if p), "an unknown place")
-    path.write_text("\n".join([f"WHERE {where}", *lines]) + "\n")
-
-
-@dataclass
-class Watch:
-    """The supervisor's side: progress files in `where`, the thresholds from `[watchdog]`."""
-
-    where: Path
-    factor: float
-    floor_s: float
-    startup_s: float
-    started: float = field(default_factory=time.time)
-    marks: dict[str, list[float]] = field(default_factory=dict)  # process -> times it advanced (the recent ones)
-
-    def poll(self) -> None:
-        for path in self.where.glob("*.progress"):
-            try:
-                t = json.loads(path.read_text())["time"]
-            except (OSError, ValueError, KeyError):
-                continue  # being replaced right now
-            seen = self.marks.setdefault(path.stem, [])
-            if not seen or t > seen[-1]:
-                seen.append(t)
-                del seen[:-11]
-
-    def limit_s(self) -> float:
-        """How long the run may go without any process advancing."""
-        gaps = [statistics.median(b - a for a, b in zip(ts, ts[1:])) for ts in self.marks.values() if len(ts) > 1]
-        if not gaps:
-            return max(self.startup_s, self.floor_s)
-        return max(self.floor_s, self.factor * max(gaps))
-
-    def silent_s(self) -> float:
-        last = max((ts[-1] for ts in self.marks.values()), default=self.started)
-        return time.time() - max(last, self.started)
-
-    def stalled(self) -> bool:
-        self.poll()
-        return self.silent_s() > self.limit_s()
-
-    def blame(self, names: list[str]) -> str:
-        """The process that advanced longest ago (one that never did, first)."""
-        return min(names, key=lambda n: self.marks[n][-1] if n in self.marks else 0.0)
-
-
-def ask_stacks(where: Path, wait_s: float = 5.0) -> dict[str, str]:
-    """Every registered process's stacks, asked for now: {"<name>-<pid>": its WHERE line's place}. A
-    process that does not answer within `wait_s` (blocked in native code) gets faulthandler's dump."""
-    asked, t0 = {}, time.time()
-    for pid_file in where.glob("*.pid"):
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGUSR1)
-            asked[pid_file.stem] = where / f"{pid_file.stem}.stacks"
-        except (OSError, ValueError):  # gone
-            pid_file.unlink(missing_ok=True)
-    got: dict[str, str] = {}
-    while len(got) < len(asked) and time.time() - t0 < wait_s:
-        for me, path in asked.items():
-            if me not in got and path.exists() and path.stat().st_mtime >= t0 - 1:
-                first = path.read_text().partition("\n")[0]
-                if first.startswith("WHERE "):
-                    got[me] = first.removeprefix("WHERE ")
-        time.sleep(0.1)
-    for me in set(asked) - set(got):
-        try:
-            os.kill(int((where / f"{me}.pid").read_text()), signal.SIGUSR2)
-            got[me] = f"native code (no Python stack answered: see {me}.faults)"
-        except (OSError, ValueError):
-            pass
-    return got
-
-
-def place(process: str, stacks: dict[str, str]) -> str:
-    """Where `process` is stuck, from its stacks (a trainer's: the rank's, not its launcher's wait)."""
-    mine = [w for me, w in sorted(stacks.items()) if me.rpartition("-")[0] == process]
-    inner = [w for w in mine if "entrypoints" not in w and not w.startswith(("trainer.py", "rl.py"))]
-    return (inner or mine or ["an unknown place (it gave no stacks)"])[0]
+        if not running:  # the main thread sits in the loop's select: where each task waits says more
+            place = next((p for t in tasks if (p := _where(await_chain(t)))), place)
+    head = [f"WHERE {place or 'an unknown place'}", *(["RUNNING"] if running else []), *_wait_lines(now)]
+    path.write_text("\n".join([*head, *lines]) + "\n")

@@ -125,7 +125,7 @@ class LoopbackEnv:
     """An OpenEnv environment whose WebSocket sessions are Loopbacks."""
 
     def __init__(self, **loopback) -> None:
-        self.cfg, self.servers, self.loopback = SimpleNamespace(step_timeout_s=5.0), LoopbackServers(), loopback
+        self.cfg, self.servers, self.loopback = SimpleNamespace(id="loopback", step_timeout_s=5.0), LoopbackServers(), loopback
         self.sockets: list[Loopback] = []
 
     async def open_ws(self, server) -> Loopback:
