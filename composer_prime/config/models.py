@@ -172,6 +172,9 @@ class EnvConfig(Strict):
                                                "max_concurrent_envs); more episodes wait for one")
     step_timeout_s: float = Field(60.0, gt=0, description="openenv: a reset or step unanswered this long drops "
                                                           "the rollout")
+    call_timeout_s: float = Field(300.0, gt=0, description="verifiers: a scoring call (the task's rewards and "
+                                                           "metrics) unreturned this long is cut and its rollout "
+                                                           "dropped (dropped/timeout)")
     args: dict = Field(default_factory=dict, description="taskset config for training tasks (openenv: reset "
                                                          "arguments, and num_tasks: the seeds drawn)")
     eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200},
@@ -187,6 +190,8 @@ class EnvConfig(Strict):
             for key, default in (("url", None), ("servers", 1), ("sessions", 1), ("step_timeout_s", 60.0)):
                 if getattr(self, key) != default:
                     raise FieldError(key, "is for environments of kind = \"openenv\"")
+        elif self.call_timeout_s != 300.0:
+            raise FieldError("call_timeout_s", "is for environments of kind = \"verifiers\" (openenv: step_timeout_s)")
         elif self.url is not None and self.servers != 1:
             raise FieldError("servers", "is for servers the orchestrator starts; with a url there is one")
         return self

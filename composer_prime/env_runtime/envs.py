@@ -16,6 +16,7 @@ from typing import Protocol
 
 from composer_prime.config import OrchestratorConfig
 from composer_prime.config.models import EnvConfig
+from composer_prime.env_runtime.calls import CallBox, code_of
 from composer_prime.env_runtime.errors import EnvError
 
 
@@ -24,6 +25,7 @@ class Env(Protocol):
 
     train: Sequence  # tasks drawn for training (each has what env_runtime/episode.py opens an episode from)
     held_out: list  # the fixed held-out tasks
+    box: CallBox | None  # where its own code (a verifiers reward) runs, under its call_timeout_s
 
     async def start(self) -> None: ...
 
@@ -36,6 +38,7 @@ class Env(Protocol):
 class VerifiersEnv:
     train: list
     held_out: list
+    box: CallBox | None = None
     counters: dict[str, float] = field(default_factory=dict)
 
     async def start(self) -> None:
@@ -92,4 +95,5 @@ def load_env(env: EnvConfig, eval_tasks: int, log_dir: Path) -> Env:
         return openenv.OpenEnvEnv(env, eval_tasks, log_dir)
     from composer_prime.env_runtime.tasksets import load_tasks
 
-    return VerifiersEnv(load_tasks(env.id, env.args), load_tasks(env.id, env.eval_args)[:eval_tasks])
+    train, held_out = load_tasks(env.id, env.args), load_tasks(env.id, env.eval_args)[:eval_tasks]
+    return VerifiersEnv(train, held_out, CallBox(env.id, env.call_timeout_s, code_of(train[:1] or held_out[:1])))

@@ -13,7 +13,9 @@ Whatever the environment's kind, an episode is this one sequence: a verifiers Ta
 session in-process and is scored by its own rewards; a task of another kind (an OpenEnv server's,
 env_runtime/openenv.py) brings its own `open_episode`, whose session talks to the server and
 whose score is the server's reward. A fault of the environment's machinery (not of the model's
-turns) is an `EpisodeFault`: the caller drops the rollout and counts it by its reason.
+turns) is an `EpisodeFault`: the caller drops the rollout and counts it by its reason. A verifiers
+Task's scoring runs in its environment's `CallBox` when the caller gives one (env_runtime/calls.py):
+a reward that never returns is cut at the box's timeout, a fault of reason "timeout".
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 import verifiers.v1 as vf
 
+from composer_prime.env_runtime.calls import CallBox, CallTimeout
 from composer_prime.env_runtime.error_sites import ErrorSite, detect, site_metrics
 from composer_prime.env_runtime.tasksets import messages, score
 from composer_prime.env_runtime.tool_calls import parse_tool_call
@@ -107,23 +110,29 @@ async def open_session(task: vf.Task) -> Any:
     return await task.open_session() if hasattr(task, "open_session") else None
 
 
-async def open_episode(task: Any) -> Opened:
+async def open_episode(task: Any, box: CallBox | None = None) -> Opened:
     """Open an episode of `task`: its own `open_episode` (another kind's task), else a verifiers
-    Task's tool session, prompt and rewards."""
+    Task's tool session, prompt and rewards (scored in `box`, when given, under its timeout)."""
     if (own := getattr(task, "open_episode", None)) is not None:
         return await own()
     session = await open_session(task)
 
     async def score_reply(reply: str) -> tuple[float, dict[str, float]]:
-        return await score(task, reply, session)
+        if box is None:
+            return await score(task, reply, session)
+        try:
+            return await box.call(lambda: score(task, reply, session), f"task {task.data.id}", f"{box.name}'s reward function")
+        except CallTimeout as e:
+            raise EpisodeFault("timeout", str(e)) from None
 
     return Opened(session, messages(task), list(getattr(session, "tools", None) or []), score_reply)
 
 
-async def run_episode(task: Any, source: TurnSource, max_turns: int, opened: Opened | None = None) -> Episode:
+async def run_episode(task: Any, source: TurnSource, max_turns: int, opened: Opened | None = None,
+                      box: CallBox | None = None) -> Episode:
     """One episode; `opened` when the caller opened it already (to build its prompt from the
-    opening), else it is opened here. Raises EpisodeFault when the environment fails it."""
-    opened = opened if opened is not None else await open_episode(task)
+    opening), else it is opened here (scored in `box`). Raises EpisodeFault when the environment fails it."""
+    opened = opened if opened is not None else await open_episode(task, box)
     session, tools = opened.session, opened.tools
     try:
         turns = await converse(source, session, max_turns)

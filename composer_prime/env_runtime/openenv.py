@@ -269,6 +269,7 @@ class OpenEnvEnv:
         eval_args, n_eval = split_args(cfg.eval_args, eval_tasks, "eval_args")
         self.train, self.held_out = Seeds(self, train_args, n), Seeds(self, eval_args, min(n_eval, eval_tasks))[:]
         self._http: aiohttp.ClientSession | None = None
+        self.box = None  # no CallBox: the server's reward comes over the wire, each exchange under step_timeout_s
 
     async def start(self) -> None:
         await self.servers.start()

@@ -3,6 +3,8 @@
 Prompts, the episode (tool session, conversation loop, scoring) are the environment runtime's,
 the same the orchestrator's rollouts run (`env_runtime.episode.run_episode`); only generation
 differs: turns come from `/v1/chat/completions` as messages instead of the token route as ids.
+Scoring runs in a `CallBox` under a time limit (env_runtime/calls.py): a reward that never returns
+ends the command in one line naming the task and the place it hung.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import httpx
 
 from composer_prime.config.sampling import SamplingParams
-from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, run_episode
+from composer_prime.env_runtime.calls import CallBox
+from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, run_episode
 from composer_prime.env_runtime.tasksets import messages
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.hub.errors import ToolError
@@ -65,10 +68,13 @@ class ChatTurns:
 
 
 async def _episode(http: httpx.AsyncClient, url: str, i: int, task, model: str, sampling: SamplingParams, max_turns: int,
-                   sem: asyncio.Semaphore) -> dict:
+                   sem: asyncio.Semaphore, box: CallBox | None = None) -> dict:
     prompt = messages(task)
     chat = ChatTurns(http, url, i, prompt, model, sampling, sem)
-    ep = await run_episode(task, chat, max_turns)
+    try:
+        ep = await run_episode(task, chat, max_turns, box=box)
+    except EpisodeFault as e:  # the environment failed the episode (its reward hung past the box's time)
+        raise ToolError(f"episode {i}: {e}") from None
     return {"index": i, "task_id": task.data.id or task.data.name, "prompt": prompt, "reply": ep.reply,
             "reward": ep.reward, "metrics": ep.metrics,
             "finish_reason": ep.turns[-1].finish_reason if ep.turns else "",
@@ -79,13 +85,14 @@ async def _episode(http: httpx.AsyncClient, url: str, i: int, task, model: str, 
 
 async def evaluate(tasks: list, url: str, model: str, max_tokens: int = 64, temperature: float = 0.0,
                    seed: int = 0, concurrency: int = 8, api_key: str | None = None, max_turns: int = 8,
-                   timeout_s: float = 300.0) -> list[dict]:
+                   timeout_s: float = 300.0, box: CallBox | None = None) -> list[dict]:
+    """One episode per task against the server at `url`, `concurrency` at a time; scoring in `box`."""
     endpoint = chat_url(url)
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     sem = asyncio.Semaphore(max(1, concurrency))
     async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as http:
-        return list(await asyncio.gather(*(_episode(http, endpoint, i, t, model, sampling, max_turns, sem)
+        return list(await asyncio.gather(*(_episode(http, endpoint, i, t, model, sampling, max_turns, sem, box)
                                            for i, t in enumerate(tasks))))
 
 

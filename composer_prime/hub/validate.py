@@ -8,6 +8,10 @@
 - **no-op**: an untouched task (an empty reply) must not already pass: vf-validate calls it
   invalid at reward >= 1.0; here it must also score strictly below the gold answer, so a
   reward that ignores the reply fails.
+
+Each call into the environment's code (a scoring, a `validate()` hook) runs in a `CallBox` under a
+time limit (env_runtime/calls.py): one that never returns ends the command in one line naming the
+task and the place it hung (`my_env/taskset.py:41 in reward`), not a wait with nothing said.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from dataclasses import dataclass
 
 import verifiers.v1 as vf
 
+from composer_prime.env_runtime.calls import CallBox, CallTimeout
 from composer_prime.env_runtime.episode import open_session
 from composer_prime.env_runtime.tasksets import score
+from composer_prime.hub.errors import ToolError
 
 SOLVED = 1.0  # vf-validate's bar: an untouched task reaching it "passes untouched"
 
@@ -73,7 +79,12 @@ async def _score(task: vf.Task, reply: str) -> float:
             await session.close()
 
 
-async def check_task(i: int, task: vf.Task, gold_min: float = SOLVED) -> Check:
+async def check_task(i: int, task: vf.Task, gold_min: float = SOLVED, box: CallBox | None = None) -> Check:
+    """Task i's gold and no-op checks; each call in `box` when given (a call past its time: ToolError)."""
+
+    async def boxed(make, fn: str, what: str):
+        return await (make() if box is None else box.call(make, what, f"{box.name}'s {fn}"))
+
     answer = getattr(task.data, "answer", None)
     how = "validate()" if _has_validate_hook(task) else "answer" if answer is not None else "none"
     c = Check(i, str(task.data.id or task.data.name or i), how)
@@ -88,18 +99,18 @@ async def check_task(i: int, task: vf.Task, gold_min: float = SOLVED) -> Check:
                 c.gold_ok = False  # cannot be checked here; passing it silently would be worse
                 problems.append("gold needs a container runtime (use vf-validate --runtime.type docker)")
             else:
-                c.gold_ok = await _gold_by_hook(task)
+                c.gold_ok = await boxed(lambda: _gold_by_hook(task), "validate() hook", "the gold solution")
                 if c.gold_ok is False:
                     problems.append("Task.validate() rejected the gold solution")
         elif how == "answer":
-            c.gold = await _score(task, str(answer))
+            c.gold = await boxed(lambda: _score(task, str(answer)), "reward function", "the gold answer")
             c.gold_ok = c.gold >= gold_min
             if not c.gold_ok:
                 problems.append(f"gold answer scores {c.gold:.3g} < {gold_min:g}")
         else:
             c.gold_ok = False
             problems.append("no gold: give the TaskData an `answer` field or override Task.validate()")
-        c.noop = await _score(task, "")
+        c.noop = await boxed(lambda: _score(task, ""), "reward function", "an empty reply")
         c.noop_ok = c.noop < SOLVED and (c.gold is None or c.noop < c.gold)
         if c.gold is not None and c.noop == c.gold:
             problems.insert(0, f"reward ignores the reply: gold and no-op both score {c.noop:.3g}")
@@ -107,6 +118,8 @@ async def check_task(i: int, task: vf.Task, gold_min: float = SOLVED) -> Check:
             problems.append(f"an empty reply already scores {c.noop:.3g}")
         elif not c.noop_ok:
             problems.append(f"an empty reply scores {c.noop:.3g}, not below the gold answer")
+    except CallTimeout as e:  # a hang is no finding about the task: nothing after it would be checked
+        raise ToolError(f"task {c.task_id} (#{i}): {e}") from None
     except Exception as e:  # noqa: BLE001 - a broken task is a finding, reported per task like vf-validate
         problems.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         c.gold_ok = False if c.gold_ok is None else c.gold_ok

@@ -43,7 +43,7 @@ from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.orchestrator.filters import make_filters, metric_names
 from composer_prime.orchestrator.pool import make_sources
 from composer_prime.orchestrator.prompt_fit import check_seq_len
-from composer_prime.orchestrator.rollouts import Rollout, group
+from composer_prime.orchestrator.rollouts import Rollout, dropped_note, group, stop_if_every_call_timed_out
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils import watchdog
@@ -142,10 +142,11 @@ class Orchestrator:
         self.restarts = 0  # trainer restarts followed (a metric)
         self.flat_steps = {env.cfg.id: 0 for env in self.envs}  # steps in a row an environment put no group in the batch
         self.traces = TraceLog(self.run / "orchestrator" / "traces.jsonl") if cfg.record_traces else None
+        self.boxed = {env.cfg.id for env in self.envs if env.env.box is not None}  # scored under a call timeout
 
     def _group(self, env: EnvRun, task, size: int, seed: int):
         return group(self.client, self.tok, env.cfg.id, task, self.cfg.sampling, self.cfg.seq_len, env.cfg.max_turns,
-                     size, seed, self.sem)
+                     size, seed, self.sem, env.env.box)
 
     def warn_if_flat(self, info: dict, steps: int = FLAT_STEPS) -> None:
         """Once per stretch: an environment whose every group was flat for `steps` steps in a row (all of a
@@ -163,6 +164,7 @@ class Orchestrator:
         version = min(await self.client.versions())
         per_env = await asyncio.gather(*(asyncio.gather(*(self._group(env, t, 2, 10_000_000 + i)
                                                           for i, t in enumerate(env.held_out))) for env in self.envs))
+        stop_if_every_call_timed_out("the held-out evaluation", [r for gs in per_env for g in gs for r in g], self.boxed)
         row: dict = {}
         for env, groups in zip(self.envs, per_env):  # every environment's held-out set in one concurrent pass
             dropped: list[Rollout] = []
@@ -184,6 +186,7 @@ class Orchestrator:
             if not draws:
                 break
             groups = await asyncio.gather(*(self._group(env, task, env.group_size, seed) for env, task, seed in draws))
+            stop_if_every_call_timed_out(f"step {step}", [r for g in groups for r in g], self.boxed)
             for (env, _, _), g in zip(draws, groups):
                 c.stats["groups"] += 1
                 c.tokens += sum(r.model_tokens for r in g)
@@ -331,7 +334,8 @@ class Orchestrator:
             held = f" held-out {row['eval_reward']:.3f} (v{row['eval_version']})" if "eval_reward" in row else ""
             held += f" | {volunteers_line(row)}" if "volunteers/healthy" in row else ""
             log.info(f"step {step + 1}/{cfg.max_steps} reward {info['reward']:.3f}{held} | {info['gen_tokens_per_s']:.0f} tok/s "
-                f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']} | {time.time() - run_start:.0f}s")
+                f"| policy v{version} | stale {info['stale']} flat {info['flat_groups']}{dropped_note(collected.dropped)} "
+                f"| {time.time() - run_start:.0f}s")
             step += 1
         t_eval = time.time()
         evals, final = await self.evaluate()

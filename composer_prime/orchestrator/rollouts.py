@@ -5,10 +5,10 @@ runtime's `run_episode`, whatever the environment's kind; what is the orchestrat
 turn is generated: sampled as token ids through the inference server's token route and appended
 to one token sequence with a mask of what the model sampled, so the trainer learns from model
 tokens only, at their sampling log-probs. A tool's reply is appended as the chat template renders
-it, never re-tokenising what came before. A rollout whose environment failed it (EpisodeFault)
-comes back marked `dropped` with the reason, to be counted and left out. Waiting on inference is
-this process's watchdog status (utils/watchdog.py), and each finished rollout counts as progress
-within a step.
+it, never re-tokenising what came before. A rollout whose environment failed it (EpisodeFault: a
+reward past its environment's call_timeout_s too, env_runtime/calls.py) comes back marked `dropped`
+with the reason, to be counted and left out. Waiting on inference is this process's watchdog status
+(utils/watchdog.py), and each finished rollout counts as progress within a step.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from transformers import PreTrainedTokenizerBase
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.batches import Sample
 from composer_prime.contract.inference import completion_end
+from composer_prime.env_runtime.calls import CallBox
 from composer_prime.env_runtime.episode import TURN_SEED_STRIDE, EpisodeFault, open_episode, run_episode
 from composer_prime.env_runtime.error_sites import ErrorSite
+from composer_prime.env_runtime.errors import EnvError
 from composer_prime.env_runtime.turns import Turn
 from composer_prime.orchestrator.client import InferenceClient
 from composer_prime.utils import watchdog
@@ -116,10 +118,11 @@ class TokenTurns:
 
 
 async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task,
-                  sampling: SamplingParams, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore) -> Rollout:
+                  sampling: SamplingParams, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore,
+                  box: CallBox | None = None) -> Rollout:
     r = Rollout(env, task, [])
     try:
-        opened = await open_episode(task)
+        opened = await open_episode(task, box)
     except EpisodeFault as e:
         r.dropped, r.dropped_detail = e.reason, str(e)
         return r
@@ -141,6 +144,30 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
 
 
 async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task, sampling: SamplingParams,
-                seq_len: int, max_turns: int, size: int, seed: int, sem: asyncio.Semaphore) -> list[Rollout]:
-    return list(await asyncio.gather(*(rollout(client, tok, env, task, sampling, seq_len, max_turns, seed * 1000 + i, sem)
+                seq_len: int, max_turns: int, size: int, seed: int, sem: asyncio.Semaphore,
+                box: CallBox | None = None) -> list[Rollout]:
+    return list(await asyncio.gather(*(rollout(client, tok, env, task, sampling, seq_len, max_turns, seed * 1000 + i, sem, box)
                                        for i in range(size))))
+
+
+def stop_if_every_call_timed_out(when: str, rollouts: list[Rollout], boxed: set[str]) -> None:
+    """One line (EnvError: the orchestrator exits 2) where every rollout of an environment among `rollouts`
+    of `when` (a step, a held-out evaluation) was dropped for a scoring call past its call_timeout_s
+    (`boxed`: environments scored in a CallBox): a reward that never returns leaves nothing to train
+    on, and waiting step after step would only hide it."""
+    for env in sorted({r.env for r in rollouts} & boxed):
+        mine = [r for r in rollouts if r.env == env]
+        if all(r.dropped == "timeout" for r in mine):
+            raise EnvError(f"every rollout of {env} in {when} timed out ({len(mine)} of {len(mine)}): "
+                           f"{mine[0].dropped_detail} (a reward that is only slow needs a larger call_timeout_s)")
+
+
+def dropped_note(dropped: dict[str, list[Rollout]]) -> str:
+    """For the step's progress line: the rollouts dropped, by reason, and where a timed-out one hung."""
+    rollouts = [r for rs in dropped.values() for r in rs]
+    if not rollouts:
+        return ""
+    reasons = {k: sum(r.dropped == k for r in rollouts) for k in sorted({r.dropped for r in rollouts})}
+    late = next((r for r in rollouts if r.dropped == "timeout"), None)
+    where = f" ({late.dropped_detail})" if late is not None else ""
+    return " | dropped " + ", ".join(f"{k} {n}" for k, n in reasons.items()) + where

@@ -1,4 +1,4 @@
-"""An environment's kind and the keys only an OpenEnv environment takes (config/models.py EnvConfig)."""
+"""An environment's kind and the keys only an OpenEnv (or only a verifiers) environment takes (config/models.py EnvConfig)."""
 
 import pytest
 
@@ -23,6 +23,7 @@ def test_an_openenv_environment_by_package_or_by_url():
     ({"sessions": 4}, "sessions"),
     ({"step_timeout_s": 5.0}, "step_timeout_s"),
     ({"kind": "openenv", "url": "http://127.0.0.1:8000", "servers": 2}, "servers"),  # a url is one server
+    ({"kind": "openenv", "call_timeout_s": 5.0}, "call_timeout_s"),  # its reward comes with a step: step_timeout_s
 ])
 def test_keys_that_do_not_fit_the_kind_are_refused_by_name(fields, key):
     with pytest.raises(ValueError) as e:
@@ -32,7 +33,8 @@ def test_keys_that_do_not_fit_the_kind_are_refused_by_name(fields, key):
 
 
 @pytest.mark.parametrize("fields", [{"kind": "gym"}, {"kind": "openenv", "url": "ws://127.0.0.1:8000"},
-                                    {"kind": "openenv", "sessions": 0}, {"kind": "openenv", "step_timeout_s": 0}])
+                                    {"kind": "openenv", "sessions": 0}, {"kind": "openenv", "step_timeout_s": 0},
+                                    {"call_timeout_s": 0}])
 def test_bad_values_are_refused(fields):
     with pytest.raises(ValueError):
         EnvConfig(id="x", **fields)
