@@ -6,7 +6,8 @@ keeps `<name>.progress` there: when it became ready (`ready`: up, its first batc
 (`advanced`: a metrics row, i.e. a trainer step or an orchestrator batch, and a weight version an
 inference server loads) with the recent gaps between them, and when something last moved inside a
 step (`active`: a rollout finished). On SIGUSR1 it writes `<name>-<pid>.stacks`: the place it is
-stuck in on the first line (`WHERE ...`), then what it waits for (`WAIT` lines: a peer process, an
+stuck in on the first line (`WHERE ...`; `RUNNING` next when its event loop is blocked in our code,
+whose open waits then say nothing), then what it waits for (`WAIT` lines: a peer process, an
 environment's reward function, with how long and, for a call that has its own timeout, until when),
 then every thread's stack and, for an event loop, the await chain of every task. SIGUSR2 makes
 faulthandler dump the C-level view into `<name>-<pid>.faults` (what a process blocked in native
