@@ -33,10 +33,11 @@ def shortest_prompt(tasks: Sequence, tok: PreTrainedTokenizerBase, limit: int = 
     return min(lengths) if lengths else None
 
 
-def check_seq_len(envs: Iterable[tuple[str, Sequence]], tok: PreTrainedTokenizerBase, seq_len: int, where: str) -> None:
+def check_seq_len(envs: Iterable[tuple[str, Sequence]], tok: PreTrainedTokenizerBase | None, seq_len: int,
+                  where: str) -> None:
     """EnvError naming the first environment (id, train tasks) whose every measured prompt leaves no token of
-    `seq_len` for the model's reply; `where` says where seq_len was set."""
-    for env_id, tasks in envs:
+    `seq_len` for the model's reply; `where` says where seq_len was set (no tokenizer: nothing checked)."""
+    for env_id, tasks in envs if tok is not None else []:
         shortest = shortest_prompt(tasks, tok)
         if shortest is not None and shortest >= seq_len:
             measured = f"its {len(tasks)}" if len(tasks) <= MEASURED else f"its first {MEASURED}"  # dry runs pass MEASURED + 1
@@ -45,13 +46,30 @@ def check_seq_len(envs: Iterable[tuple[str, Sequence]], tok: PreTrainedTokenizer
                            f"give seq_len above {shortest} ({where})")
 
 
-def dry_run_inputs(envs: list[EnvConfig], model_dir: str) -> tuple[list[tuple[str, list]], PreTrainedTokenizerBase]:
-    """What `rl --dry-run` checks: each verifiers environment's first train tasks (one that cannot build its
-    tasks yet, e.g. a task set not built, is left to the orchestrator's start, which says why) and the
-    model's tokenizer, loaded without torch where the model has a tokenizer.json (AutoTokenizer imports
-    torch: 4 s more on every dry run)."""
+def model_on_disk(name: str) -> Path | None:
+    """The model's directory where it is there already: "tiny" built, "smollm2-135m" converted, a directory.
+    A dry run never builds or converts one (a CPU-minute) nor downloads one; None: not measured here."""
+    from composer_prime.model.tiny import cache_root, recipe_hash
+
+    found = {"tiny": cache_root() / "models" / f"tiny-{recipe_hash()}",
+             "smollm2-135m": cache_root() / "models" / "smollm2-135m-instruct"}.get(name, Path(name).expanduser())
+    try:
+        return found if (found / "tokenizer.json").is_file() and (name not in ("tiny", "smollm2-135m")
+                                                                  or (found / "READY").exists()) else None
+    except OSError:  # another user's cache
+        return None
+
+
+def dry_run_inputs(envs: list[EnvConfig], model: str) -> tuple[list[tuple[str, list]], PreTrainedTokenizerBase | None]:
+    """What `rl --dry-run` checks: each verifiers environment's first train tasks and the model's tokenizer,
+    loaded without torch (AutoTokenizer imports it: 4 s more on every dry run). An environment that cannot
+    build its tasks yet (a task set not built), or a model not on disk, is left to the orchestrator's start,
+    which checks with what it loads anyway (tokenizer None: nothing to check here)."""
     from composer_prime.env_runtime.tasksets import taskset_config
 
+    model_dir = model_on_disk(model)
+    if model_dir is None:
+        return [], None
     measured = []
     for env in envs:
         if env.kind != "verifiers":
@@ -61,10 +79,9 @@ def dry_run_inputs(envs: list[EnvConfig], model_dir: str) -> tuple[list[tuple[st
             measured.append((env.id, list(itertools.islice(iter(cls(config)), MEASURED + 1))))
         except Exception:  # noqa: BLE001 - the environment's own failure: the orchestrator's start reports it
             continue
-    if (Path(model_dir) / "tokenizer.json").exists():
-        from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-        return measured, PreTrainedTokenizerFast.from_pretrained(model_dir)
-    from transformers import AutoTokenizer
-
-    return measured, AutoTokenizer.from_pretrained(model_dir)
+    try:
+        return measured, PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    except (OSError, ValueError):  # unreadable here, or not a fast tokenizer: the orchestrator's start checks
+        return [], None
