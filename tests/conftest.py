@@ -15,6 +15,11 @@ from composer_prime.utils.net import free_port  # noqa: E402,F401 - tests import
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per process unless told otherwise: the suite runs a worker per core (below), and each worker's
+# in-process torch tests with torch's default (a thread per core) oversubscribed the machine: the unit tier's
+# torch tests took 71 s of wall time with it, 36 s with one thread, on the loaded 2-core machine (2026-11-27).
+# Processes the tests start inherit it (`rl` pins each of its processes to its own cores besides).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a pytest without it (a GPU node installed from the wheelhouse) runs the suite too
