@@ -1,6 +1,9 @@
 """Bad input about environments, tried as a new user would: the real command as a subprocess
 must exit 2 with one line on stderr naming the environment (and the argument), no traceback,
-and nothing written. (The rows of the other commands are in tests/integration/test_bad_input.py.)"""
+and nothing written. `rl`'s rows run its `resolve` in-process (everything `rl` checks before a process
+starts; a traceback would be an exception here, not exit 2; the real `rl` command's one-line wrapper
+is tried as a subprocess in test_bad_input.py and test_config_cli.py). (The rows of the other commands
+are in tests/integration/test_bad_input.py.)"""
 
 import subprocess
 import sys
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from composer_prime.entrypoints.rl import resolve
 from composer_prime.hub.scaffold import scaffold
 from tests.conftest import ROOT
 
@@ -53,10 +57,18 @@ ROWS = {
 
 
 @pytest.mark.parametrize("row", list(ROWS))
-def test_bad_environment_input_is_one_line_and_exit_2(row, envs, tmp_path):
+def test_bad_environment_input_is_one_line_and_exit_2(row, envs, tmp_path, capsys, monkeypatch):
     (entrypoint, *argv), expected = ROWS[row]
     if entrypoint != "cli":
         argv += ["--output_dir", str(tmp_path / "run")]
+    if entrypoint == "rl":
+        monkeypatch.chdir(ROOT)
+        with pytest.raises(SystemExit) as e:
+            resolve(argv)
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and err.count("\n") == 0 and all(x in err for x in expected), err
+        assert not (tmp_path / "run").exists()
+        return
     env = {"PYTHONPATH": f"{envs / 'asserting-env'}:{envs / 'needy-env'}", "PATH": "/usr/bin:/bin",
            "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", f"composer_prime.entrypoints.{entrypoint}", *argv], cwd=ROOT, env=env,
