@@ -37,7 +37,9 @@ command cannot rot where no GPU is: about 2 minutes on the 2-core machine.
 
 --results DIR (default benchmarks/results/gpu-check) gets, per step, `<step>.log` (its whole output)
 and `<step>.json` (status: ok, failed, timed out or skipped; seconds; the command; what the step's own
-results say), the steps' own results files, then `gpu_check.json` (all steps, machine, date, commit)
+results say), the benchmark steps' own results files in DIR/benchmarks/ (in DIR, each step's record
+overwrote the quickstart's quickstart.json and the calibration's volunteers.json), then
+`gpu_check.json` (all steps, machine, date, commit)
 and a table on stdout; the runs' scratch goes to --work (default outputs/gpu-check). Tar the results
 directory to bring it back. Exit code 0 when every step is ok or skipped, else 1.
 """
@@ -76,7 +78,7 @@ PYTEST = [PY, "-m", "pytest", "-o", "addopts=", "-o", "junit_family=xunit1", "-p
 
 def steps(device: str, smallest: bool, out: Path, work: Path, compiled: bool = False) -> list[dict]:
     """Per step: its name, command, time box in seconds, and the results file it writes (or None)."""
-    res = out
+    res = out / "benchmarks"  # not `out`: the quickstart's and the calibration's own JSON are named as their steps' records
     small_rl = "--orchestrator.batch_size 16 --orchestrator.group_size 4 --orchestrator.eval.num_tasks 2".split()
     decode = (["--model", "tiny", "--batches", "1,2", "--prompt-len", "8", "--new-tokens", "16"] if smallest
               else ["--batches", "1,128,512"]) + ["--quick"]
