@@ -56,11 +56,14 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
-# The files whose tests take longest (minutes of test time at f448e75, 2026-11-27), handed to the
-# workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so a
-# long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
-LONGEST_FIRST = ("test_benchmarks.py", "test_readme.py", "test_rl_diloco.py", "test_rl_volunteers.py",
-                 "test_rl_shardcast.py", "test_volunteers.py", "test_rl_openenv.py", "test_model_gguf.py")
+# The files whose tests take longest (minutes of test time at f448e75, 2026-11-27; the test_bench_*.py files, which
+# were one file of 30 loaded minutes, and test_rl_smollm2.py placed by their tests' loaded seconds of that run),
+# handed to the workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so
+# a long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
+LONGEST_FIRST = ("test_bench_ab.py", "test_bench_systems.py", "test_readme.py", "test_rl_diloco.py", "test_rl_smollm2.py",
+                 "test_rl_volunteers.py", "test_bench_real_model.py", "test_rl_shardcast.py", "test_volunteers.py",
+                 "test_rl_openenv.py", "test_bench_volunteers.py", "test_bench_gpu_check.py", "test_bench_runs.py",
+                 "test_model_gguf.py")
 
 
 def first_by_length(items: list) -> None:

