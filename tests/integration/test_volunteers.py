@@ -164,7 +164,7 @@ def test_a_bfloat16_server_audits_in_the_volunteers_dtype_so_weights_within_its_
     weights 1e-3 off (within bfloat16's noise) fail `logprobs`. The same server with `volunteers.dtype`
     bfloat16 audits on its served model: the honest worker, now in bfloat16, passes bfloat16's thresholds,
     and so do the weights 1e-3 off (docs/volunteers.md): the float32 audit is what catches them. (The
-    calibration's smallest run in test_benchmarks.py audits on a server serving float32.)"""
+    calibration's smallest run (the GPU check's CPU variant, test_bench_gpu_check.py) audits on a server serving float32.)"""
     proc, bf16 = serve_v1(tiny_model_dir, trusted[1], "--dtype", "bfloat16")
     try:
         assert httpx.get(f"{bf16}/health").json()["dtype"] == "bfloat16"
