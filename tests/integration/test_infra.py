@@ -60,7 +60,7 @@ def test_slurm_script_resolves_and_starts_three_processes_in_the_image(tmp_path)
         (bin_ / name).chmod(stat.S_IRWXU)
     out = tmp_path / "run"
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "OUTPUT_DIR": str(out),
-           "SLURM_JOB_NODELIST_HET_GROUP_0": "node0", "SLURM_JOB_NODELIST_HET_GROUP_1": "node1",
+           "SLURM_JOB_NODELIST_HET_GROUP_0": "node0", "SLURM_JOB_NODELIST_HET_GROUP_1": "node1", "SLURM_JOB_NODELIST_HET_GROUP_2": "node2",
            "IMAGE": IMAGE}  # a GPU cluster's submission; without IMAGE (test_slurm.py) no container
     r = subprocess.run(["bash", str(ROOT / "infra/slurm/rl.sbatch"), "configs/quickstart.toml"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)

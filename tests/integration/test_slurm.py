@@ -72,3 +72,5 @@ def test_rl_sbatch_runs_three_heterogeneous_steps_on_their_own_nodes_and_trains(
     assert [m["step"] for m in trained] == [0, 1, 2], text[-3000:]
     assert all(m["trained_tokens"] > 0 for m in trained)
     assert "[orchestrator] final held-out reward" in text, text[-3000:]
+    ended = [ln for ln in text.splitlines() if ln.startswith("rl.sbatch: the ")]
+    assert len(ended) == 1 and " ended (exit 0)" in ended[0], ended  # one line: the step that ended the job
