@@ -3,7 +3,8 @@ READMEs): `deplib`, whose code and tests need packages from PyPI (a runtime depe
 pytest plugin from a test extra that also names the project itself), and `srclib` (a src/ layout,
 a `test/` directory, `--cov` in its addopts with no pytest-cov anywhere, parametrised test ids, a
 test class, functions in `__init__.py`). Each builds, its tasks score 0 broken and exactly 1.0
-restored in the sandbox, and the red team stops every attack on it for the intended reason."""
+restored in the sandbox (as the generator checked it; as written, by score_task here or by the red
+team's honest and untouched runs), and the red team stops every attack on it for the intended reason."""
 
 from __future__ import annotations
 
@@ -33,12 +34,25 @@ def srclib(tmp_path_factory) -> tuple[dict, Path]:
     return build_in(tmp_path_factory, "srclib", SRCLIB)
 
 
+# The tasks test_red_team_stops_every_attack_for_its_reason audits: there the untouched repo must score a clean
+# 0 and the honest agent's restored function exactly 1.0, so they are not scored again here.
+AUDITED = {"srclib--parse_offset--body", "srclib.durations--to_seconds--body", "deplib.config--dump_config--body"}
+
+
 def scores(task_dir: Path, tmp_path: Path) -> tuple[float, float]:
     """(the broken repo's reward, the reward with the solution restored), both from score_task."""
     fixed = tmp_path / f"fixed-{task_dir.name}"
     shutil.copytree(task_dir / "repo", fixed)
     shutil.copytree(task_dir / "solution", fixed, dirs_exist_ok=True)
     return score_task(task_dir, task_dir / "repo").reward, score_task(task_dir, fixed).reward
+
+
+def check_scores(m: dict, out: Path, tmp_path: Path) -> None:
+    """Every task as the generator checked it (0 broken, 1.0 restored), and as written, scored here or audited."""
+    assert [t["checked"] for t in m["tasks"]] == [{"broken": 0.0, "restored": 1.0}] * len(m["tasks"])
+    for t in m["tasks"]:
+        if t["id"] not in AUDITED:
+            assert scores(out / "tasks" / t["id"], tmp_path) == (0.0, 1.0)
 
 
 def test_deplib_builds_with_its_dependencies_in_the_sandbox(deplib, tmp_path):
@@ -53,8 +67,7 @@ def test_deplib_builds_with_its_dependencies_in_the_sandbox(deplib, tmp_path):
     dump = next(t for t in m["tasks"] if t["qualname"] == "dump_config")
     assert dump["pytest_args"] == [*NEUTRAL, "-p", "pytest_mock", "tests"]
     assert "tests/test_config.py::test_dump_calls_tomli_w_once" in dump["tests"]  # needs the plugin's `mocker`
-    for t in m["tasks"]:
-        assert scores(out / "tasks" / t["id"], tmp_path) == (0.0, 1.0)
+    check_scores(m, out, tmp_path)
 
 
 def test_srclib_builds_whatever_its_layout_and_addopts(srclib, tmp_path):
@@ -68,8 +81,7 @@ def test_srclib_builds_whatever_its_layout_and_addopts(srclib, tmp_path):
                                               for n in ("test_bad_unit", "test_days", "test_hours_minutes")]
     assert by_name["to_seconds"]["pytest_args"] == [*NEUTRAL, "-o", "pythonpath=src", "test"]
     assert by_name["to_seconds"]["test_paths"] == ["setup.cfg", "test"]
-    for t in m["tasks"]:
-        assert scores(out / "tasks" / t["id"], tmp_path) == (0.0, 1.0)
+    check_scores(m, out, tmp_path)
 
 
 @pytest.mark.parametrize("fixture, task, attacks", [
