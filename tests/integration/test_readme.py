@@ -2,49 +2,26 @@
 repository's configs, each command exactly as the README prints it (then the smallest settings
 appended: a few steps, free ports), in the order given, asserting what the README claims of
 each in kind. A command edited in the README without the test, or the reverse, fails here.
+The sequences (tests/support/readme_runs.py's SEQUENCES) are split over three files of similar
+cost: here the configuration, hub, traces and distillation ones; the quickstart's `rl` runs and
+`sft` in test_readme_rl.py; Feature Deletion's in test_readme_feature_deletion.py.
 
 Also, without running anything: every `uv run` command in the README's code blocks is run by a
-sequence here or by the test named for it, every sequence's command is still in the README, and
-every link and test file that README.md, docs/ and benchmarks/README.md name exists."""
+sequence, by the session's distill runs or by the test named for it, every sequence's command is
+still in the README, and every link and test file that README.md, docs/ and benchmarks/README.md
+name exists."""
 
 import json
 import re
 import tomllib
-from pathlib import Path
 
-import pytest
-
-from tests.conftest import ROOT, free_port
-from tests.support.readme_runs import README, bare_work_dir, run_commands, small_rl
+from tests.conftest import ROOT
+from tests.support.readme_runs import README, SEQUENCES, rows, run_sequence
 from tests.support.shared_runs import DISTILL_RL, WARM_START, DistillRun
 
-
-# per sequence: the README's commands (verbatim, up to any comment), then what a test run appends
-SEQUENCES = {
-    "quickstart": [("uv run rl @ configs/quickstart.toml", small_rl)],
-    "config": [("uv run rl @ configs/quickstart.toml --trainer.optim.lr 3e-5 --max_steps 50 --dry-run", list),
-               ("uv run rl --help", list)],
-    "mix": [("uv run rl @ configs/mix.toml", lambda: [*small_rl(), "--orchestrator.batch_size", "32"])],
-    "sft": [("uv run python -m tool_calc.demos --out outputs/examples.jsonl", lambda: ["-n", "200"]),
-            ("uv run sft --data outputs/examples.jsonl --model tiny --output_dir outputs/sft --max_steps 100",
-             lambda: ["--max_steps", "20"])],
-    # the session's `tool_calc_warm_start` and `tool_calc_distill_run` (shared_runs.py), which test_rl_distill.py reads too
-    "distill": [*WARM_START, DISTILL_RL],
-    "hub": [("uv run composer-prime env init my-env", list), ("uv run composer-prime env validate environments/my-env", list),
-            ("uv run composer-prime env build environments/my-env", list),
-            ("uv run composer-prime env publish environments/my-env", list)],
-    "traces": [("uv run composer-prime traces ingest tests/fixtures/traces --out outputs/traces.jsonl", list)],
-    "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
-                   lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "32"])],
-    # the sdist comes from PyPI at test time (as test_generate's real-sdist test); two attacks, not fifteen
-    "feature-deletion": [
-        ("uv run composer-prime env build-tasks feature-deletion --source pypi:inflection==0.5.1 --out outputs/tasks/inflection",
-         list),
-        ("uv run composer-prime env redteam outputs/tasks/inflection",
-         lambda: ["--attacks", "copy_original_from_host,edit_and_delete_tests", "--json", "outputs/redteam.json"]),
-        ("uv run rl @ configs/feature-deletion.toml",
-         lambda: [*small_rl(), "--orchestrator.eval.num_tasks", "1", "--orchestrator.sampling.max_tokens", "32"])],
-}
+# the README's distill sequence: the session's `tool_calc_warm_start` and `tool_calc_distill_run` (shared_runs.py),
+# which test_rl_distill.py reads too
+SHARED = [*WARM_START, DISTILL_RL]
 
 
 # README commands that no sequence runs, and where each is run instead (a file that holds the
@@ -75,24 +52,6 @@ ELSEWHERE = {
 }
 
 
-def run_sequence(name: str, tmp_path: Path) -> Path:
-    """Run the sequence in a fresh working directory (the repository's configs, nothing else)."""
-    return run_commands(SEQUENCES[name], bare_work_dir(tmp_path))
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text().splitlines()]
-
-
-def test_quickstart(tmp_path):
-    work = run_sequence("quickstart", tmp_path)
-    run = work / "outputs" / "quickstart"
-    assert {"report.md", "summary.json", "reward.png"} <= {p.name for p in run.iterdir()}  # what the README says it writes
-    evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
-    assert evals[0]["step"] == 0 and evals[0]["eval_reward"] > 0.3  # the warm-started tiny model starts able (README: 0.507)
-    assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
-
-
 def test_config(tmp_path):
     """README: flags override the files; --dry-run writes the three resolved configs and nothing else."""
     out = run_sequence("config", tmp_path) / "outputs" / "quickstart"
@@ -101,17 +60,6 @@ def test_config(tmp_path):
     configs = {p.stem: tomllib.loads(p.read_text()) for p in (out / "configs").iterdir()}
     assert configs["trainer"]["optim"]["lr"] == 3e-5
     assert [configs[name]["max_steps"] for name in sorted(configs)] == [50, 50, 50]
-
-
-def test_mix(tmp_path):
-    run = run_sequence("mix", tmp_path) / "outputs" / "mix"
-    first = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r][0]
-    assert {"eval/reverse-text/reward", "eval/tool-calc/reward"} <= set(first)
-
-
-def test_sft(tmp_path):
-    out = run_sequence("sft", tmp_path) / "outputs" / "sft"
-    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
 def test_tool_calc_distill(tool_calc_distill_run: DistillRun):
@@ -131,12 +79,6 @@ def test_tool_calc_distill(tool_calc_distill_run: DistillRun):
     assert evals[0]["eval/tool-calc/tool_calls"] > 0  # the warm start calls the tool (the README's 800 steps also answer)
 
 
-def test_shardcast(tmp_path):
-    run = run_sequence("shardcast", tmp_path) / "outputs" / "quickstart"
-    assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
-    assert re.search(r"inference-1", " ".join(p.name for p in (run / "logs").iterdir()))  # two servers pulled the steps
-
-
 def test_hub(tmp_path):
     """README: init, validate, build, publish (a dry run: nothing leaves the machine)."""
     env = run_sequence("hub", tmp_path) / "environments" / "my-env"
@@ -148,26 +90,6 @@ def test_hub(tmp_path):
 def test_traces(tmp_path):
     steps = rows(run_sequence("traces", tmp_path) / "outputs" / "traces.jsonl")
     assert len(steps) == 11 and sum(s["error"] is True for s in steps) == 2  # the fixtures' steps, errors marked
-
-
-def test_feature_deletion(tmp_path):
-    """README: build inflection's task set, audit it (every attack 0, stopped by its defence), then
-    rl on it with the config as shipped: its train split trains, its held-out task evaluates."""
-    work = run_sequence("feature-deletion", tmp_path)
-    manifest = json.loads((work / "outputs" / "tasks" / "inflection" / "manifest.json").read_text())
-    assert len(manifest["tasks"]) == 3  # docs/environments.md: inflection 0.5.1 gives 3 tasks
-    audit = json.loads((work / "outputs" / "redteam.json").read_text())
-    attacks = [r for r in audit["results"] if r["attack"] not in ("honest", "untouched")]
-    assert audit["failures"] == 0 and len(attacks) == 2
-    assert all(r["score"] == 0.0 and r["stopped_by"] for r in attacks)
-    assert [r["score"] for r in audit["results"] if r["attack"] == "honest"] == [1.0]
-    run = work / "outputs" / "feature-deletion"
-    orch = rows(run / "orchestrator" / "metrics.jsonl")
-    steps = [r for r in orch if "rollouts" in r]
-    assert [r["rollouts"] for r in steps] == [8, 8]  # batch_size 8: the sandboxed rollouts were all scored
-    assert all(0.0 <= r["env/feature-deletion/reward"] <= 1.0 for r in steps)
-    assert [r for r in orch if "eval/feature-deletion/reward" in r]  # eval_args without taskset_dir found the set
-    assert [r["step"] for r in rows(run / "trainer" / "metrics.jsonl")] == [0, 1]
 
 
 def test_config_headers_quote_the_readme():
@@ -196,7 +118,7 @@ def readme_commands() -> list[str]:
 def test_every_readme_command_is_run_by_a_test():
     # commands are read from bash blocks; every other block says it holds no commands (```text)
     assert [b.splitlines()[0] for b in FENCE.findall(README) if not b.startswith(("```bash\n", "```text\n"))] == []
-    sequenced = {command for steps in SEQUENCES.values() for command, _ in steps}
+    sequenced = {command for steps in [*SEQUENCES.values(), SHARED] for command, _ in steps}
     commands = readme_commands()
     assert len(commands) >= 15  # the README's blocks were read (a broken parse would pass vacuously)
     assert [c for c in commands if c not in sequenced and c not in ELSEWHERE] == []
@@ -209,7 +131,13 @@ def test_every_readme_command_is_run_by_a_test():
 
 def test_every_sequence_command_is_in_the_readme():
     """A command dropped from the README goes from SEQUENCES too: no sequence tests what nobody reads."""
-    assert [c for steps in SEQUENCES.values() for c, _ in steps if c not in README] == []
+    assert [c for steps in [*SEQUENCES.values(), SHARED] for c, _ in steps if c not in README] == []
+
+
+def test_every_sequence_is_run_by_a_readme_test():
+    """Each sequence is run by one of the README's test files (they hold `run_sequence("name", ...)`)."""
+    text = "".join(p.read_text() for p in sorted((ROOT / "tests" / "integration").glob("test_readme*.py")))
+    assert [name for name in SEQUENCES if f'run_sequence("{name}"' not in text] == []
 
 
 def anchors(text: str) -> set[str]:
