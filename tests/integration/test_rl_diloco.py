@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from composer_prime.utils.net import check_reachable
 from tests.conftest import ROOT, free_port
 from tests.support.rl_runs import log_tails, rl_args, rows
 
@@ -63,6 +64,16 @@ def test_an_island_joining_late_heals_from_a_live_peer_then_both_commit(tmp_path
     house = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.lighthouse", "--port", str(port),
                               "--heartbeat_timeout_ms", "1000", "--join_timeout_ms", "500"], cwd=ROOT, start_new_session=True)
     lighthouse = f"127.0.0.1:{port}"
+    # rl refuses a lighthouse nothing answers at ("start it first"): wait until it listens (a fresh clone's run on a
+    # loaded machine started the island first and failed, 2026-11-27)
+    deadline = time.time() + 120
+    while True:
+        try:
+            check_reachable(lighthouse, 1.0)
+            break
+        except OSError:
+            assert time.time() < deadline and house.poll() is None, "the lighthouse never listened"
+            time.sleep(0.2)
     runs = [tmp_path / "a", tmp_path / "b"]
     first = island_rl(runs[0], 0, lighthouse, 10_000)  # trains until island 1 is done, then is stopped
     procs = [house, first]
