@@ -92,3 +92,26 @@ def test_relay_carries_the_delta(tmp_path, origin, relays):
         await dl.close()
     asyncio.run(go())
     assert dl.stats["delta_steps"] == 1 and same_files(b, tmp_path / "got" / "step_2")
+
+
+def test_a_delta_against_a_step_republished_differently_is_refused_once(tmp_path, origin):
+    """A trainer restarted from a checkpoint publishes step 1 again with other weights: the node
+    holding the first step 1 cannot use step 2's delta, fetches step 2 in full, and step 3's delta
+    (against that step 2) works again (the payload rebuilt from the wrong base is not kept)."""
+    torch.manual_seed(2)
+    w = torch.randn(50_000)
+    first = make_step(tmp_path / "old", 1, weights=w.clone())
+    steps = [make_step(tmp_path / "w", s, weights=w + s * 1e-3 * torch.randn_like(w)) for s in (1, 2, 3)]
+    origin.publish(1, first)
+    dl = downloader(tmp_path, [origin.url], origin.public_key)
+
+    async def go():
+        await dl.fetch(1, tmp_path / "got" / "step_1")
+        for step, path in enumerate(steps, 1):  # the restarted trainer's steps
+            origin.publish(step, path)
+        for step in (2, 3):
+            await dl.fetch(step, tmp_path / "got" / f"step_{step}")
+        await dl.close()
+    asyncio.run(go())
+    assert dl.stats["delta_failed"] == 1 and dl.stats["delta_steps"] == 1
+    assert same_files(steps[-1], tmp_path / "got" / "step_3")

@@ -207,6 +207,9 @@ class Downloader:
                 self.stats["delta_failed"] += 1
                 log.warning(f"delta for step {step} unusable ({e}); fetching the full step")
                 shutil.rmtree(staging, ignore_errors=True)
+                # the payload rebuilt from a wrong base: left here, it would be the next delta's base (and
+                # every later delta would fail the same way, each step fetched in full from then on)
+                (here / REBUILT).unlink(missing_ok=True)
         if not done:
             await self.shards(manifest, here)
             try:
