@@ -124,3 +124,12 @@ def test_bad_pairs_are_refused_on_arrival(model):
     dummy.samples[0].channel_data["dpo"]["ref_logp"] = float("nan")
     with pytest.raises(SchemaError, match="ref_logp must be a finite log-prob"):
         objective.check(dummy)
+
+
+def test_a_pairs_loss_and_gradient_scale_with_its_weight(model):
+    """What the replay step's decay acts through: weight w gives w times the loss and the gradient."""
+    full, g_full = channel_loss_and_grads(model, batch_of([1.0, 1.0]))
+    scaled, g_scaled = channel_loss_and_grads(model, batch_of([0.4, 0.4]))
+    assert scaled == pytest.approx(0.4 * full, rel=1e-5) and full > 0
+    for a, b in zip(g_scaled, g_full):
+        torch.testing.assert_close(a, 0.4 * b, rtol=1e-4, atol=1e-7)
