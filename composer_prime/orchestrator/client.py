@@ -19,7 +19,8 @@ disconnected" although the server is fine (seen once in a 100-step vLLM-CPU quic
 weight reload leaves connections idle). So the pool drops connections idle for 3 s, before any
 such server would, and a request whose connection drops is sent again (twice at most: a seeded
 request gets the same answer, an unseeded one a fresh sample). A server still unreachable after
-that is `InferenceUnreachable`: the orchestrator stops with one line.
+that is `InferenceUnreachable`: the orchestrator stops with one line naming the server; so is a
+request or health check unanswered for `inference_timeout_s` (a host cut off the network).
 
 Nodes that join (a volunteer's: volunteer/node.py) are `Node`s of the same pool: the client asks
 whichever node it picks for the group's completions and knows nothing more of it. A node that
@@ -89,6 +90,11 @@ class InferenceClient:
                     raise InferenceUnreachable(f"inference at {url} is unreachable: {route} failed "
                                                f"{len(RETRY_DELAYS_S) + 1} times ({e!r})") from None
                 await asyncio.sleep(delays.pop(0))
+            except asyncio.TimeoutError:  # no answer at all: a host cut off, a server stopped
+                raise InferenceUnreachable(self._silent(url, route)) from None
+
+    def _silent(self, url: str, route: str) -> str:
+        return f"inference at {url} did not answer {route} in {self.timeout_s:g} s (orchestrator.inference_timeout_s)"
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         key = (tuple(prompt_ids), sampling.model_copy(update={"seed": None}))
@@ -161,10 +167,13 @@ class InferenceClient:
     async def versions(self) -> list[int]:
         out = []
         for url in self.urls:
-            async with self._http().get(f"{url}/health") as r:
-                r.raise_for_status()
-                health = await r.json()
-                out.append(int(health["weight_version"]))
+            try:
+                async with self._http().get(f"{url}/health") as r:
+                    r.raise_for_status()
+                    health = await r.json()
+            except asyncio.TimeoutError:
+                raise InferenceUnreachable(self._silent(url, "/health")) from None
+            out.append(int(health["weight_version"]))
         self.served = max(out)
         return out
 
@@ -174,7 +183,7 @@ class InferenceClient:
             try:
                 await self.versions()
                 return
-            except (aiohttp.ClientError, OSError):
+            except (aiohttp.ClientError, OSError, InferenceUnreachable):
                 if asyncio.get_running_loop().time() > deadline:
                     raise RuntimeError(f"inference at {self.urls} not ready after {timeout_s:.0f}s") from None
                 await asyncio.sleep(1.0)

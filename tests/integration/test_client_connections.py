@@ -133,6 +133,34 @@ def test_nothing_listening_is_one_clear_error():
     assert time.time() - t >= sum(RETRY_DELAYS_S)  # it waited between attempts
 
 
+
+def test_a_server_that_never_answers_is_one_clear_error_after_the_timeout():
+    """A host cut off the network (tests/integration/test_separate_machines.py cuts one): nothing
+    comes back, and after `inference_timeout_s` the error names the server, not a bare TimeoutError."""
+    port = free_port()
+
+    async def go():
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # reads the request and never answers
+
+        srv = await asyncio.start_server(silent, "127.0.0.1", port)
+        client = InferenceClient([f"http://127.0.0.1:{port}"], "tiny", timeout_s=0.5)
+        errors = []
+        try:
+            for call in (client.versions(), client.generate([1, 2, 3], SamplingParams(max_tokens=2))):
+                with pytest.raises(InferenceUnreachable) as e:
+                    await call
+                errors.append(str(e.value))
+        finally:
+            await client.close()
+            srv.close()
+        return errors
+
+    assert asyncio.run(go()) == [
+        f"inference at http://127.0.0.1:{port} did not answer {route} in 0.5 s (orchestrator.inference_timeout_s)"
+        for route in ("/health", "/inference/v1/generate")]
+
+
 def test_an_idle_connection_is_not_reused_past_the_keepalive():
     """Back to back: one connection. Idle longer than KEEPALIVE_S (under uvicorn's 5 s): a new one,
     so a request never meets a connection the server is closing."""
