@@ -7,6 +7,13 @@ context (its prefill's top-k log-probs travel with the batch); by default the tr
 The step hints the error turns of every rollout in the batch and (`flat_groups`) of rollouts
 whose group was dropped for a flat reward, which join the batch as distill-only samples; the
 channel's weights mark each error turn, its `channel_data` holds the teacher views.
+
+Two guards (benchmarks/README.md#distill_ab says why). `only_failed`: only the error turns of
+samples whose rl advantage is negative are distilled (the reward sets the sign; the trainer's
+`trainer.loss.distill.guard` enforces the same, so a batch of flat groups cannot carry a distill
+step of its own). `gate`: a kind whose measured hint lift (hint_lift.py) does not lie above 0 is
+not distilled at all. With `lift_samples` = K the step also draws each hinted turn K times with
+and without its hint and logs `distill/hint_lift/<kind>` over the run so far.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from composer_prime.contract.batches import Sample
 from composer_prime.contract.distill import Teacher
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient, RefusedRequest
+from composer_prime.orchestrator.hint_lift import LiftGate, LiftTracker
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
+from composer_prime.orchestrator.lift_sampling import GateConfig, LiftSampler, load_gate
 from composer_prime.orchestrator.teachers import history_before, teacher_view
 from composer_prime.utils.chat import TemplateError
 
@@ -41,8 +50,13 @@ class DistillConfig(Strict):
                                                                             "(trainer/loss/distill_teacher.py says why)")
     top_k: int = Field(20, ge=1, description='teacher = "inference": how many log-probs per position come back')
     max_sites: int = Field(4, ge=1, description="hinted error turns per rollout")
-    flat_groups: bool = Field(True, description="also distill error turns of groups dropped for a flat reward "
-                                                "(rl weight 0; at most batch_size rollouts)")
+    flat_groups: bool = Field(False, description="also distill error turns of groups dropped for a flat reward "
+                                                 "(rl weight 0; at most batch_size rollouts; the trainer's guard "
+                                                 "trains them only with guard = \"none\")")
+    only_failed: bool = Field(True, description="distill only error turns of samples whose rl advantage is negative")
+    lift_samples: int = Field(0, ge=0, description="per hinted site, draw the turn this many times with and without "
+                                                   "its hint: distill/hint_lift/<kind> (0: no extra sampling)")
+    gate: GateConfig = Field(default_factory=GateConfig)
     hints: HintConfig = Field(default_factory=HintConfig)
 
 
@@ -53,20 +67,29 @@ class DistillStats:
     no_hint: int = 0  # every hinter declined (or the LLM hinter failed)
     template: int = 0  # the chat template could not take a spliced hint
     unscored: int = 0  # teacher = "inference": the server refused the context (e.g. longer than its max_model_len)
+    gated: int = 0  # its kind's measured lift does not lie above 0 (the gate)
+    not_failed: int = 0  # its sample's advantage is not negative (only_failed)
 
 
 class Distiller:
     def __init__(self, cfg: DistillConfig, tok: PreTrainedTokenizerBase, client: InferenceClient) -> None:
         h = cfg.hints
         self.cfg, self.tok, self.client = cfg, tok, client
-        self.hinter = make_hinter(h.sources, h.templates, h.llm_url, h.llm_model, h.llm_timeout_s, h.cache_path)
+        self.hinter = make_hinter(h.sources, h.templates, h.llm_url, h.llm_model, h.llm_timeout_s, h.cache_path,
+                                  h.placebo)
+        self.tracker = LiftTracker()
+        self.gate: LiftGate | None = load_gate(cfg.gate, self.tracker)
+        self.sampler = LiftSampler(client, tok, cfg.lift_samples) if cfg.lift_samples and client is not None else None
 
-    async def attach(self, r: Rollout, stats: DistillStats) -> list[Teacher]:
-        """One teacher per hinted error site of `r`."""
+    async def attach(self, r: Rollout, stats: DistillStats, failed: bool = True, seed: int = 0) -> list[Teacher]:
+        """One teacher per hinted error site of `r` (none unless `failed`, with only_failed)."""
         teachers = []
         p, ids = len(r.prompt_ids), r.prompt_ids + r.completion_ids
-        for site in r.sites[: self.cfg.max_sites]:
+        for i, site in enumerate(r.sites[: self.cfg.max_sites]):
             stats.sites += 1
+            if self.cfg.only_failed and not failed:
+                stats.not_failed += 1
+                continue
             turn = r.turns[site.turn]
             history = history_before(r.opening, r.turns, site.turn)
             hint = await self.hinter(site, HintContext(history, turn.text, r.tools, r.task))
@@ -78,6 +101,11 @@ class Distiller:
                                  self.cfg.hints.role)
             except TemplateError:
                 stats.template += 1
+                continue
+            if self.sampler is not None:  # measured even where the gate is closed: a kind may open again
+                self.tracker.add(await self.sampler.draw(r, site, ids[: p + turn.start], t.input_ids[: t.start], seed + i))
+            if self.gate is not None and not self.gate.open(site.kind):
+                stats.gated += 1
                 continue
             if self.cfg.teacher == "inference":
                 try:
@@ -124,6 +152,9 @@ class DistillStep(Step):
                  client: InferenceClient) -> None:
         super().__init__(section, cfg, tok, client)
         self.distiller = Distiller(section, tok, client)
+        if self.distiller.sampler is not None:  # the lift's draws are the run's own turns: its budget and temperature
+            self.distiller.sampler.max_tokens = cfg.sampling.max_tokens
+            self.distiller.sampler.temperature = cfg.sampling.temperature
 
     @classmethod
     def active(cls, section: DistillConfig) -> bool:
@@ -134,8 +165,10 @@ class DistillStep(Step):
         kept = [(i, r) for i, r in enumerate(batch.rollouts) if r is not None]
         # at most one batch's worth: refill rounds can leave many flat groups, and the trainer's step time follows
         flat = [r for r in batch.flat if r.sites][: cfg.batch_size] if self.section.flat_groups else []
-        found = await asyncio.gather(*(self.distiller.attach(r, stats) for _, r in kept),
-                                     *(self.distiller.attach(r, stats) for r in flat))
+        seed = self.cfg.seed * 1_000_003 + batch.step * 10_007  # the lift draws' seeds: fixed per run and step
+        failed = [min(batch.samples[i].advantages, default=0.0) < 0 for i, _ in kept]
+        found = await asyncio.gather(*(self.distiller.attach(r, stats, f, seed + 100 * j) for j, ((_, r), f) in enumerate(zip(kept, failed))),
+                                     *(self.distiller.attach(r, stats, not self.section.only_failed) for r in flat))
         for (i, _), teachers in zip(kept, found):
             with_teachers(batch.samples[i], teachers)
         added = 0
@@ -143,8 +176,12 @@ class DistillStep(Step):
             if teachers and (sample := distill_only(r, teachers, cfg.sampling.temperature, cfg.seq_len)) is not None:
                 batch.add(sample, r)
                 added += 1
+        gate = self.distiller.gate
         return {"sites": stats.sites, "hinted": stats.hinted, "no_hint": stats.no_hint,
                 "template_misses": stats.template, "unscored": stats.unscored, "distill_only_samples": added,
+                "gated": stats.gated, "not_failed": stats.not_failed, **self.distiller.tracker.metrics(),
+                **({f"gate/{k}": float(gate.open(k)) for k in sorted({s.kind for r in batch.seen for s in r.sites})}
+                   if gate is not None else {}),
                 "hinted_frac": sum(bool(t) for t in found) / max(1, len(batch.seen)),
                 "tokens": sum(t["length"] for s in batch.samples for t in s.channel_data.get("distill", []))}
 

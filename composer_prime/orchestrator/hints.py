@@ -67,8 +67,11 @@ def check_template(kind: str, template: str) -> None:
 class HintConfig(Strict):
     """`orchestrator.distill.hints`: where hints come from, tried in order until one answers."""
 
-    sources: list[Literal["env", "template", "llm"]] = Field(default_factory=lambda: ["env", "template"], min_length=1,
-                                                             description="hint sources, tried in this order")
+    sources: list[Literal["env", "template", "llm", "oracle"]] = Field(
+        default_factory=lambda: ["env", "template"], min_length=1,
+        description='hint sources, tried in this order ("oracle": the task\'s correct turn, a control arm: hint_arms.py)')
+    placebo: Literal["off", "shuffle", "other_kind"] = Field(
+        "off", description="a control arm: the hint's words shuffled, or another error kind's hint (hint_arms.py)")
     templates: dict[str, str] = Field(default_factory=dict, description="per error kind, overriding the built-in "
                                                                         "templates")
     llm_url: str | None = Field(None, description="any OpenAI-compatible server (our own inference server too)")
@@ -111,13 +114,18 @@ class TemplateHinter:
 
 # --- the environment's own hint -----------------------------------------------------------------
 
+async def task_hook(name: str, site: ErrorSite, ctx: HintContext) -> str | None:
+    """The task's own `name(site, ctx)` (sync or async); None where the task has none."""
+    hook = getattr(ctx.task, name, None)
+    if hook is None:
+        return None
+    out = hook(site, ctx)
+    return await out if inspect.isawaitable(out) else out
+
+
 class EnvHinter:
     async def __call__(self, site: ErrorSite, ctx: HintContext) -> str | None:
-        hook = getattr(ctx.task, "hint", None)
-        if hook is None:
-            return None
-        hint = hook(site, ctx)
-        return await hint if inspect.isawaitable(hint) else hint
+        return await task_hook("hint", site, ctx)
 
 
 # --- an LLM's hint --------------------------------------------------------------------------------
@@ -213,8 +221,11 @@ class ChainHinter:
 
 
 def make_hinter(sources: list[str], templates: dict[str, str], llm_url: str | None, llm_model: str | None,
-                llm_timeout_s: float, cache_path: Path | None) -> ChainHinter:
-    """The chain of `sources` ("env", "template", "llm") in the configured order."""
+                llm_timeout_s: float, cache_path: Path | None, placebo: str = "off") -> Hinter:
+    """The chain of `sources` ("env", "template", "llm", "oracle") in the configured order, wrapped
+    in the placebo unless `placebo` is "off"."""
+    from composer_prime.orchestrator.hint_arms import OracleHinter, PlaceboHinter
+
     hinters: list[Hinter] = []
     for source in sources:
         if source == "env":
@@ -225,6 +236,8 @@ def make_hinter(sources: list[str], templates: dict[str, str], llm_url: str | No
             if not llm_url or not llm_model:
                 raise ValueError("hint source 'llm' needs both llm_url and llm_model")
             hinters.append(LLMHinter(llm_url, llm_model, llm_timeout_s, cache_path))
+        elif source == "oracle":
+            hinters.append(OracleHinter())
         else:
-            raise ValueError(f"unknown hint source {source!r}; sources: env, template, llm")
-    return ChainHinter(hinters)
+            raise ValueError(f"unknown hint source {source!r}; sources: env, template, llm, oracle")
+    return ChainHinter(hinters) if placebo == "off" else PlaceboHinter(ChainHinter(hinters), placebo)

@@ -18,6 +18,16 @@ the reverse KL's score-function gradient: the teacher's verdict on each written 
 per-token advantage, so a token the hinted teacher would not write is pushed down and the rest
 of the distribution is left alone (on-policy distillation, as in SDPO's sampled-token loss).
 
+The collapse guard (`guard = "failed"`, the default): a token's distill weight is kept only where
+its rl advantage is negative,
+
+    w_t <- w_t * [A_t < 0]
+
+so the reward sets the sign (only samples that failed are pulled toward the hinted teacher), and a
+batch whose groups are all flat (A = 0 everywhere) carries no distill gradient at all. Without it
+(`guard = "none"`) such a batch is a pure distill step, and Adam, blind to a loss's scale, turns
+it into a full-size step whatever the channel's weight: the collapse of benchmarks/README.md#distill_ab.
+
 What arrives per sample (`channel_data["distill"]`): one `Teacher` view per hinted error turn
 (its type and checks: composer_prime/contract/distill.py); distill_teacher.py scores them and
 keeps the EMA teacher.
@@ -57,6 +67,9 @@ class DistillLossConfig(Strict):
                                "(SDPO's regularised teacher: it does not follow the student into a collapse)")
     ema_rate: float = Field(0.05, gt=0.0, le=1.0, description='"ema": teacher += rate * (policy - teacher) after '
                                                               "each step")
+    guard: Literal["failed", "none"] = Field(
+        "failed", description='"failed": distill only tokens whose rl advantage is negative (a batch of flat groups '
+                              'then has no distill gradient); "none": every error-turn token')
     scope: Literal["turn", "first_miss"] = Field(
         "turn", description='"turn": every token of the error turn; "first_miss": only up to the first token the '
                             "teacher would not have sampled")
@@ -157,6 +170,9 @@ class DistillChannel(Channel):
     @classmethod
     def check_run(cls, cfg: DistillLossConfig, orchestrator) -> None:
         """Settings of this channel that contradict the orchestrator's side of it."""
+        if orchestrator.distill.enabled and orchestrator.distill.flat_groups and cfg.guard == "failed":
+            raise FieldError("guard", '"failed" trains no token of a flat group\'s distill-only sample (its advantage is 0); '
+                             'set orchestrator.distill.flat_groups = false, or guard = "none"')
         if not (orchestrator.distill.enabled and orchestrator.distill.teacher == "inference"):
             return
         if cfg.estimator == "sampled":
@@ -181,6 +197,8 @@ class DistillChannel(Channel):
                                self.scorer is self.ctx.policy)
 
     def loss(self, x: LossInputs, w: torch.Tensor, teacher: TeacherTargets | None):
+        if self.cfg.guard == "failed":
+            w = w * (x.advantages < 0)
         if teacher is None:
             if (w != 0).any():
                 raise ValueError("distill weights without teacher targets")

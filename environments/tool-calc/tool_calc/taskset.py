@@ -116,6 +116,13 @@ class ToolCalcTask(vf.Task[ToolCalcData]):
             return f"First call the tool, {call}, then reply with its result only."
         return None
 
+    def oracle(self, site, ctx) -> str:
+        """The correct turn itself (the distill channel's oracle arm): the answer once the tool has
+        returned it, else the exact call."""
+        if any(m.get("role") == "tool" and m.get("content") == self.data.answer for m in ctx.messages):
+            return self.data.answer
+        return f'<tool_call>{json.dumps({"name": "calc", "arguments": {"expr": self.data.prompt}})}</tool_call>'
+
 
 class ToolCalcConfig(vf.TasksetConfig):
     num_tasks: int = 2000

@@ -13,7 +13,7 @@ FORMAT = "The answer is 1660"  # a format error site (tool-calc's own rule)
 
 
 def test_distill_step_adds_its_channel_to_batch_samples_and_flat_rollouts(tiny_model_dir):
-    o = orchestrator(tiny_model_dir, distill={"enabled": True})
+    o = orchestrator(tiny_model_dir, distill={"enabled": True, "flat_groups": True, "only_failed": False})
     assert list(o.steps) == ["distill"]
     erring, clean = scripted(o, [WRONG, RIGHT, FORMAT]), scripted(o, [RIGHT, "1660"])
     flat = scripted(o, [WRONG, RIGHT, FORMAT])
@@ -28,8 +28,21 @@ def test_distill_step_adds_its_channel_to_batch_samples_and_flat_rollouts(tiny_m
     assert {k: v for k, v in info.items() if k.startswith("distill/")} == {
         "distill/sites": 4, "distill/hinted": 4, "distill/no_hint": 0, "distill/template_misses": 0,
         "distill/unscored": 0, "distill/distill_only_samples": 1, "distill/hinted_frac": pytest.approx(2 / 3),
-        "distill/tokens": 2 * error_tokens}
+        "distill/tokens": 2 * error_tokens, "distill/gated": 0, "distill/not_failed": 0}
     assert info["empty_batch"] == 0 and info["truncated"] == 0 and info["rollouts"] == 3
+
+
+def test_by_default_only_failed_samples_are_distilled_and_flat_groups_are_not(tiny_model_dir):
+    """The orchestrator's half of the collapse guard: a sample that recovered after its error turn
+    (advantage > 0) and a flat group's rollout get no teacher; the failed sample keeps both of its own."""
+    o = orchestrator(tiny_model_dir, distill={"enabled": True})
+    erring, recovered = scripted(o, [WRONG, RIGHT, FORMAT]), scripted(o, [WRONG, RIGHT, "1660"])
+    flat = scripted(o, [WRONG, RIGHT, FORMAT])
+    assert (len(erring.sites), len(recovered.sites), erring.reward, recovered.reward) == (2, 1, 0.0, 1.0)
+    c = Collected(groups=[([erring, recovered], [0.0, 1.0])], flat=[flat], seen={"tool-calc": [erring, recovered, flat]})
+    batch, info = asyncio.run(o.build(0, c))
+    assert [len(s.channel_data.get("distill", [])) for s in batch.samples] == [2, 0]  # no distill-only sample
+    assert (info["distill/sites"], info["distill/hinted"], info["distill/not_failed"]) == (3, 2, 1)
 
 
 def test_an_empty_batch_records_why(tiny_model_dir):
