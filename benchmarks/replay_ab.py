@@ -3,6 +3,7 @@
     uv run python benchmarks/replay_ab.py [--seeds 0,1,2] [--steps 20] [--record-steps 4]
                                           [--teacher-steps 50,150,400] [--states N] [--device cpu|cuda]
                                           [--parallel N] [--model tiny] [--results DIR] [--work DIR]
+                                          [--arm NAME=FLAGS ...] [--prepare-only] [--out-name replay_ab]
 
 The whole trace-replay flow (docs/traces.md), on the tiny model:
 1. The student: distill_ab's warm start (tool-calc demonstrations, half with a wrong first call).
@@ -33,6 +34,11 @@ replay-ab-<model>). Finished stages are reused (a run only when its recorded com
 `--sft-steps`, `--demos`, `--states` and `--rl-flags` (added to every rl run) exist to run it small.
 `--parallel`, `--device` and `--model`: as distill_ab.py's (the A/B's arm x seed runs at once, on
 one GPU, from another base model); the stages before the A/B run one after the other.
+`--arm NAME=FLAGS` (repeatable) replaces the one replay arm by arms of that name, each
+configs/replay.toml plus its rl flags (e.g. a share cap, a decay), all against the same GRPO runs;
+a run already finished with the same command is reused, so arms tried on two seeds and then run
+on six pay for the first two once. `--prepare-only` stops after the dataset; `--out-name` names
+the result files.
 """
 
 from __future__ import annotations
@@ -161,6 +167,11 @@ def main() -> None:
     p.add_argument("--teacher-steps", default="50,150,400", help="SFT steps beyond the student, per teacher (increasing)")
     p.add_argument("--gate-nll", type=float, default=0.5, help="the gated replay asks where the student's NLL is above this")
     p.add_argument("--eval-tasks", type=int, default=32, help="held-out questions each teacher is scored on (greedy)")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=FLAGS",
+                   help="a replay arm: configs/replay.toml plus these rl flags (repeatable; default one arm, "
+                        "grpo+replay-dpo, with none)")
+    p.add_argument("--prepare-only", action="store_true", help="stop once the dataset is made (no A/B)")
+    p.add_argument("--out-name", default="replay_ab", help="the result's file name in --results (.json, .png)")
     a = p.parse_args()
     check_ab_args(p, a, "replay_ab")
     try:
@@ -198,10 +209,14 @@ def main() -> None:
     n_pairs = len(load_from_disk(str(dataset)))
     print(f"{n_steps} recorded steps -> {replays['all']['pairs']} pairs, {n_pairs} after normalising", flush=True)
 
-    arms = {"grpo": [*GRPO, *extra],
-            "grpo+replay-dpo": ["@", "configs/replay.toml", *DPO, "--orchestrator.replay.dataset", str(dataset), *extra]}
+    if a.prepare_only:
+        return
+    replay = ["@", "configs/replay.toml", *DPO, "--orchestrator.replay.dataset", str(dataset)]
+    arms = {"grpo": [*GRPO, *extra]}
+    for name, flags in (x.split("=", 1) for x in a.arm or ["grpo+replay-dpo="]):
+        arms[name] = [*replay, *flags.split(), *extra]
     results, records = arms_x_seeds(arms, student, a, "replay_ab")
-    dpo = {seed: dpo_curve(work / f"grpo+replay-dpo-s{seed}") for seed in a.seeds}
+    dpo = {arm: {seed: dpo_curve(work / f"{arm}-s{seed}") for seed in a.seeds} for arm in arms if arm != "grpo"}
 
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     summary = {arm: {"start_reward": mean([r[0]["reward"] for r in runs.values()]),
@@ -223,15 +238,15 @@ def main() -> None:
     for k, c in replays.items():
         print(f"| {k} | {c['calls']} (+{c['cache_hits']}) | {c['tokens_in']} | {c['tokens_out']} | {c['usd']:.4f} | {c['pairs']} | {c['gated_out']} |")
     a.results.mkdir(parents=True, exist_ok=True)
-    (a.results / "replay_ab.json").write_text(json.dumps({
+    (a.results / f"{a.out_name}.json").write_text(json.dumps({
         **fields(a, records), "record_run": recorded[0], "record_steps": a.record_steps, "recorded_steps": n_steps, "dataset_pairs": n_pairs,
         "gate_nll": a.gate_nll,
         "teachers": {name: {"sft_steps_beyond_student": int(name.split("+")[1]), "price_in_out": price, **strong[name]}
                      for name, price in zip(teachers, PRICES)}, "student": strong["student"],
         "replay": replays,
         "arms": {arm: [f.replace(f"{ROOT}/", "") for f in flags] for arm, flags in arms.items()}, "runs": results, "dpo": dpo, "summary": summary}, indent=1, default=str))
-    plot(results, a.results / "replay_ab.png")
-    print(f"wrote {a.results / 'replay_ab.json'} and replay_ab.png")
+    plot(results, a.results / f"{a.out_name}.png")
+    print(f"wrote {a.results / a.out_name}.json and .png")
 
 
 if __name__ == "__main__":

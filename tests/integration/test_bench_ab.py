@@ -35,7 +35,7 @@ def test_replay_ab(tmp_path):
     gated_asks = gated["calls"] + gated["cache_hits"]
     assert gated_asks <= 3 * (out["recorded_steps"] - gated["gated_out"]) and gated["tokens_in"] <= every["tokens_in"]
     assert 0 < out["dataset_pairs"] <= every["pairs"]
-    [first] = out["dpo"]["0"]
+    [first] = out["dpo"]["grpo+replay-dpo"]["0"]
     # step 0: the policy is the reference the dataset was scored with, so the dpo loss is exactly ln 2
     assert first["step"] == 0 and first["loss"] == pytest.approx(0.693147, abs=1e-4)
     records = out["run_records"]
