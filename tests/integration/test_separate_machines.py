@@ -1,27 +1,39 @@
-"""Every process on its own machine: three run directories, nothing shared but the keys; the three
-processes started alone from the configs `rl --dry-run` writes, and learning on held-out tasks.
+"""Every process on its own machine: four emulated hosts (network namespaces on one switch,
+benchmarks/support/netem.py), each with its own address and its own loopback, running inference,
+the orchestrator, the trainer and a SHARDCAST relay, started alone from the configs `rl --dry-run`
+writes as docs/running.md "On several machines" says; a run directory per host, nothing shared but
+the keys; learning on held-out tasks. Needs root (network namespaces); skipped without.
 
-Weights travel over SHARDCAST (trainer origin → inference), batches over CURVE-encrypted ZMQ,
-inference and trainer listen on 0.0.0.0 with keys from `composer-prime keys make` (all traffic
-goes to 127.0.0.1). The trainer's whole process group is killed mid-run, as when its machine
-dies, and restarted with --resume: it tells the orchestrator the step it expects, and the run
-ends with every step trained exactly once, inference serving the last step (the same seeded
-request answered differently than at the start) and held-out reward risen. Metrics also go to
-offline W&B runs. (One run for what were two tests: the processes started alone, and the crash.)
-"""
+Batches travel over CURVE-encrypted ZMQ (bound on the trainer's address), weights from the trainer's
+SHARDCAST origin to the relay and from the relay to inference (its only server), and inference's
+/update_weights refuses a request without the token. The kernel's TCP tables of every host, read
+throughout (tests/support/host_sockets.py), must show each service reached on its host's address and
+nothing listening on or reaching for loopback for another host's service; a process that looked for
+a peer on 127.0.0.1 would also find its own host's loopback empty, and the run would not advance.
+
+The faults a network brings, in the same run: the relay's host is cut off the switch for 8 s
+(inference keeps serving its last verified step and catches up once it is back), the trainer's
+whole process group is killed as when its machine dies and restarted with --resume (it tells the
+orchestrator the step it expects; every step is trained exactly once), and later inference's host
+is cut for longer than the orchestrator's request timeout (`inference_timeout_s`): the orchestrator
+stops with one line naming that host, and started again once the host is back it finishes the run.
+Metrics also go to offline W&B runs."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-import tomllib
 
 import httpx
 import psutil
+import pytest
 
-from tests.conftest import ROOT, free_port
+from benchmarks.support import netem
+from tests.conftest import ROOT
+from tests.support import host_sockets
 from tests.support.rl_runs import log_tails, probe, rl_args, rows
 from tests.support.wandb_records import history, runs
 
@@ -29,54 +41,122 @@ STEPS = 50
 # Held-out reward after 50 steps: +0.090 in a run whose trainer was killed at step 4 and started again from step 0
 # (2026-11-27); +0.10 to +0.11 in 3 runs without a crash (the test this one absorbed, 2026-11-25)
 RISE = 0.05
+HOSTS = ["inference", "orchestrator", "trainer", "relay"]
+PORTS = {"inference": 8000, "batches": 5557, "origin": 8100, "relay": 8200}  # each host has its own ports
+SERVICES = {("inference", 8000): "inference", ("trainer", 5557): "batches", ("trainer", 8100): "origin", ("relay", 8200): "relay"}
+# who must have reached which service on its host's address
+EDGES = {("orchestrator", "inference"), ("orchestrator", "batches"), ("relay", "origin"), ("inference", "relay")}
+CUT_AT = 40  # trainer steps done when inference's host is cut
+TIMEOUT_S = 5.0  # the orchestrator's inference_timeout_s; quickstart generations take well under a second
 
 
-def ready(url: str) -> bool:
+def health(url: str) -> dict | None:
     try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        return httpx.get(f"{url}/health", timeout=2).json()
     except httpx.HTTPError:
-        return False
+        return None
 
 
-def test_three_run_directories_learn_through_a_trainer_crash(tmp_path, tiny_model_dir):
+def test_listening_on_or_reaching_for_loopback_is_a_breach():
+    """What the run's check reads, made up: each breach it must name, and a clean table that passes."""
+    S = host_sockets.Sock
+    addr, op = {"inference": "10.0.0.1", "orchestrator": "10.0.0.2"}, "10.0.0.254"
+    services = {("inference", 8000): "inference"}
+    clean = {"inference": {S(("10.0.0.1", 8000), ("0.0.0.0", 0), "0A"), S(("10.0.0.1", 8000), ("10.0.0.2", 40000), "01")},
+             "orchestrator": {S(("10.0.0.2", 40000), ("10.0.0.1", 8000), "01"), S(("127.0.0.1", 5000), ("127.0.0.1", 41000), "01")}}
+    assert host_sockets.judge(clean, addr, services, op) == ({("orchestrator", "inference")}, [])
+    bad = {"inference": {S(("127.0.0.1", 8000), ("0.0.0.0", 0), "0A")},
+           "orchestrator": {S(("127.0.0.1", 40000), ("127.0.0.1", 8000), "02"), S(("10.0.0.2", 1), ("192.0.2.9", 80), "01")}}
+    edges, breaches = host_sockets.judge(bad, addr, services, op)
+    assert not edges and sorted(breaches) == [
+        "inference's inference listens on 127.0.0.1:8000, unreachable from other hosts",
+        "orchestrator reaches for inference (inference's port) at 127.0.0.1:8000",
+        "orchestrator talks to 192.0.2.9:80, no host of this run"]
+    assert host_sockets.parse("sl local rem st\n 0: 0100007F:1F40 0200000A:9C40 01 x\n") == {S(("127.0.0.1", 8000), ("10.0.0.2", 40000), "01")}
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=f"network namespaces: {netem.available()}")
+def test_four_hosts_learn_through_a_relay_cut_and_a_trainer_crash(tmp_path, tiny_model_dir):
+    with netem.switched(HOSTS) as net:
+        run_hosts(net, tmp_path, tiny_model_dir)
+
+
+def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
     plan, logs = tmp_path / "plan", tmp_path / "logs"
     logs.mkdir()
-    zmq_port, origin_port = free_port(), free_port()
+    a = net.addr
+    url = f"http://{a['inference']}:{PORTS['inference']}"
     py = sys.executable
     dry = subprocess.run([py, "-m", "composer_prime.entrypoints.rl", *rl_args(plan, "--max_steps", str(STEPS), "--trainer.ckpt.interval", "2"),
-                          "--inference.host", "0.0.0.0", "--transport.address", f"tcp://0.0.0.0:{zmq_port}",
-                          "--weight_broadcast.type", "shardcast", "--weight_broadcast.port", str(origin_port),
-                          "--wandb.mode", "offline", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+                          "--inference.host", a["inference"], "--inference.port", str(PORTS["inference"]),
+                          "--orchestrator.inference_urls", json.dumps([url]), "--trainer.inference_urls", json.dumps([url]),
+                          "--orchestrator.inference_timeout_s", str(TIMEOUT_S),
+                          "--transport.address", f"tcp://{a['trainer']}:{PORTS['batches']}",
+                          "--weight_broadcast.type", "shardcast", "--weight_broadcast.host", a["trainer"],
+                          "--weight_broadcast.port", str(PORTS["origin"]), "--wandb.mode", "offline", "--dry-run"],
+                         cwd=ROOT, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr
     keys = subprocess.run([py, "-m", "composer_prime.entrypoints.cli", "keys", "make", "--out", str(plan / "keys")],
                           cwd=ROOT, capture_output=True, text=True)
     assert keys.returncode == 0, keys.stderr  # the directory the plan named; copied to each machine in real life
-    port = tomllib.loads((plan / "configs" / "inference.toml").read_text())["port"]
-    url = f"http://127.0.0.1:{port}"
-    local = ["--inference_urls", json.dumps([url])]
-    args = {"inference": [], "trainer": local,
-            "orchestrator": [*local, "--transport.address", f"tcp://127.0.0.1:{zmq_port}"]}
+    relay = f"http://{a['relay']}:{PORTS['relay']}"
+    args = {"inference": ["--weight_broadcast.servers", json.dumps([relay])], "trainer": [], "orchestrator": []}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def start(name: str, *extra: str) -> subprocess.Popen:
+        if name == "relay":
+            cmd = ["-m", "composer_prime.entrypoints.relay", "--upstream", f"http://{a['trainer']}:{PORTS['origin']}",
+                   "--public_key", str(plan / "keys" / "trainer.ed25519.pub"), "--host", a["relay"],
+                   "--port", str(PORTS["relay"]), "--data_dir", str(tmp_path / "relay"), "--poll_wait_s", "5"]
+        else:
+            cmd = ["-m", f"composer_prime.entrypoints.{name}", "@", str(plan / "configs" / f"{name}.toml"),
+                   "--output_dir", str(tmp_path / name), *args[name], *extra]
         with (logs / f"{name}.log").open("a") as log:
-            return subprocess.Popen([py, "-m", f"composer_prime.entrypoints.{name}", "@", str(plan / "configs" / f"{name}.toml"),
-                                     "--output_dir", str(tmp_path / name), *args[name], *extra],
-                                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen([*net.prefix[name], py, *cmd], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
 
-    procs = {"inference": start("inference")}
+    procs = {name: start(name) for name in ("inference", "relay")}
     metrics = tmp_path / "trainer" / "trainer" / "metrics.jsonl"
+    seen: dict[str, set[host_sockets.Sock]] = {h: set() for h in HOSTS}
+    done = threading.Event()
+
+    def watch() -> None:  # every host's TCP table, as often as it changes
+        while not done.is_set():
+            for h, p in list(procs.items()):
+                seen[h] |= host_sockets.read(p.pid)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         deadline = time.time() + 240
-        while not ready(url):
+        while health(url) is None:
             assert time.time() < deadline and procs["inference"].poll() is None, log_tails(tmp_path)
             time.sleep(0.5)
         before = probe(url, tiny_model_dir)  # the weights the run starts from, answering one seeded request
+        # its control route beyond loopback wants the run's token (the trainer's, with filesystem broadcast)
+        assert httpx.post(f"{url}/update_weights", json={"path": "/nonexistent", "version": 1}).status_code == 401
         procs |= {name: start(name) for name in ("trainer", "orchestrator")}
         deadline = time.time() + 600
         while len(rows(metrics)) < 4 and time.time() < deadline and all(p.poll() is None for p in procs.values()):
             time.sleep(0.2)
         assert len(rows(metrics)) >= 4, log_tails(tmp_path)
+
+        # The relay's host cut off: inference keeps serving the last step it verified, then catches up.
+        net.cut("relay")
+        held, cut_until = set(), time.time() + 8
+        while time.time() < cut_until:
+            held.add(health(url)["weight_version"])
+            time.sleep(0.5)
+        assert len(held) <= 2, held  # at most one step landed as the cable was pulled
+        served = probe(url, tiny_model_dir)
+        net.mend("relay")
+        deadline = time.time() + 120
+        while health(url)["weight_version"] <= max(held):
+            assert time.time() < deadline, log_tails(tmp_path)
+            time.sleep(0.2)
+        caught_up = time.time() - cut_until
+
         launcher = psutil.Process(procs["trainer"].pid)
         tree = [launcher, *launcher.children(recursive=True)]  # torchrun and its ranks (in sessions of their own)
         for p in tree:  # the machine is gone
@@ -86,34 +166,57 @@ def test_three_run_directories_learn_through_a_trainer_crash(tmp_path, tiny_mode
         done_before = len(rows(metrics))
         time.sleep(2)
         procs["trainer"] = start("trainer", "--resume")
+
+        # Inference's host cut off for longer than the orchestrator's timeout: it stops, naming that host.
+        while len(rows(metrics)) < CUT_AT and procs["orchestrator"].poll() is None:
+            time.sleep(0.2)
+        net.cut("inference")
+        rc = procs["orchestrator"].wait(timeout=120)
+        net.mend("inference")
+        said = [ln for ln in (logs / "orchestrator.log").read_text().splitlines() if ln.startswith("error:")]
+        assert rc == 2 and len(said) == 1, log_tails(tmp_path)
+        # one line naming the host: no answer in the timeout, or no route to it once its address is known gone
+        assert said[0].startswith(f"error: inference at {url} "), said
+        procs["orchestrator"] = start("orchestrator")  # started again once the host is back: it follows the trainer
         assert procs["orchestrator"].wait(timeout=900) == 0, log_tails(tmp_path)
         assert procs["trainer"].wait(timeout=300) == 0, log_tails(tmp_path)
-        assert httpx.get(f"{url}/health").json()["weight_version"] == STEPS
+        assert health(url)["weight_version"] == STEPS
         tokens, logprobs = probe(url, tiny_model_dir)  # same seed, new weights: new tokens or at least new log-probs
         n = min(len(logprobs), len(before[1]))
-        assert tokens != before[0] or max(abs(a - b) for a, b in zip(logprobs[:n], before[1][:n])) > 1e-3
+        assert tokens != before[0] or max(abs(x - y) for x, y in zip(logprobs[:n], before[1][:n])) > 1e-3
     finally:
+        done.set()
+        watcher.join()
         for p in procs.values():
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
                 p.wait(timeout=60)
 
+    print(f"relay cut 8 s: inference served v{sorted(held)} (probe answered {len(served[0])} tokens), caught up {caught_up:.1f} s after")
+    edges, breaches = host_sockets.judge(seen, a, SERVICES, net.operator)
+    assert not breaches, breaches
+    assert EDGES <= edges, (EDGES - edges, seen)
     trainer = rows(metrics)
     assert [r["step"] for r in trainer] == list(range(STEPS)), log_tails(tmp_path)  # nothing repeated, nothing skipped
     assert done_before < STEPS
     orch = rows(tmp_path / "orchestrator" / "orchestrator" / "metrics.jsonl")
-    assert [r["step"] for r in orch if "reward" in r] == list(range(STEPS))
-    assert orch[-2]["trainer_restarts"] == 1 and orch[-1]["eval_version"] == STEPS
+    assert sorted({r["step"] for r in orch if "reward" in r}) == list(range(STEPS))  # steps in flight at the cut: again
+    assert max(r.get("trainer_restarts", 0) for r in orch) == 1  # the first orchestrator saw the trainer start again
+    assert orch[-1]["eval_version"] == STEPS
     assert all(r["trained_tokens"] > 0 for r in trainer)
     evals = [r for r in orch if "eval_reward" in r]
-    # held-out at the start, again where the orchestrator follows the restarted trainer, and at the end
-    assert evals[0]["eval_version"] == 0 and len(evals) == 3 and evals[-1]["eval_version"] == STEPS
+    # held-out at the start, again where the orchestrator follows the restarted trainer and where it starts again, and at the end
+    assert evals[0]["eval_version"] == 0 and len(evals) == 4 and evals[-1]["eval_version"] == STEPS
+    print(f"held-out reward {evals[0]['eval_reward']:.3f} -> {evals[-1]['eval_reward']:.3f}")
     assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + RISE, evals
     # Each directory holds its own process's files only: the orchestrator never saw a checkpoint.
     assert sorted(p.name for p in (tmp_path / "orchestrator").iterdir()) == ["orchestrator", "wandb"]
-    assert sorted(p.name for p in (tmp_path / "inference").iterdir()) == [f"inference-{port}"]  # SHARDCAST downloads
+    assert sorted(p.name for p in (tmp_path / "inference").iterdir()) == [f"inference-{PORTS['inference']}"]  # SHARDCAST downloads
     assert {"checkpoints", "shardcast", "trainer"} <= {p.name for p in (tmp_path / "trainer").iterdir()}
     # The same numbers in W&B: the resumed trainer's run holds exactly the rows it trained.
     resumed = history(runs(tmp_path / "trainer")[-1])
     assert resumed == [r for r in trainer if r["step"] >= resumed[0]["step"]] and resumed[0]["step"] <= done_before
-    assert history(runs(tmp_path / "orchestrator")[0])[-1]["eval_reward"] == orch[-1]["eval_reward"]
+    assert history(runs(tmp_path / "orchestrator")[-1])[-1]["eval_reward"] == orch[-1]["eval_reward"]
+    stats = json.loads((tmp_path / "inference" / f"inference-{PORTS['inference']}" / "stats.json").read_text())
+    print(f"inference fetched {stats['steps']} steps, {stats['delta_steps']} as deltas ({stats['delta_failed']} refused)")
+    assert stats["delta_failed"] <= 3  # the steps the restarted trainer published again differ; later deltas apply
