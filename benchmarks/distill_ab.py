@@ -55,12 +55,20 @@ ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weig
         "grpo+distill-frozen": [*DISTILL_ON, "--trainer.loss.distill.teacher", "frozen", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-sampled": [*DISTILL_ON, "--trainer.loss.distill.estimator", "sampled",
                                  "--trainer.loss.weights", "{rl = 1.0, distill = WEIGHT}"]}
+# The issue-45 arms: the real hint, a placebo (its words shuffled) and an oracle (the correct turn),
+# the same channel otherwise: the EMA teacher, the collapse guard (the default), HINT_WEIGHT and the gate.
+HINT = [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.weights", "{rl = 1.0, distill = HINT_WEIGHT}"]
+ARMS |= {"grpo+hint": HINT, "grpo+placebo": [*HINT, "--orchestrator.distill.hints.placebo", "shuffle"],
+         "grpo+oracle": [*HINT, "--orchestrator.distill.hints.sources", '["oracle", "env", "template"]']}
 BASELINE = "grpo"
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
-    return [f.replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]] + extra + a.rl_flags.split()
+    if arm in ("grpo+hint", "grpo+placebo", "grpo+oracle") and a.gate:  # every arm gated by the real hint's lift
+        extra += ["--orchestrator.distill.gate.enabled", "true", "--orchestrator.distill.gate.lift_file", str(a.gate.resolve())]
+    flags = [f.replace("HINT_WEIGHT", str(a.hint_weight)).replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]]
+    return flags + extra + a.rl_flags.split()
 
 
 def summarise(results: dict) -> dict:
@@ -81,8 +89,24 @@ def summarise(results: dict) -> dict:
         if arm != BASELINE:
             d = out[arm]["final_tool_error_rate"]
             out[arm] |= {"ratio_over_grpo": d / g if g else None,
-                         "target_met": bool(g) and d <= 0.5 * g and not out[arm]["collapsed_seeds"]}
-    return out
+                         "target_met": bool(g) and d <= 0.5 * g and not out[arm]["collapsed_seeds"],
+                         "reward_not_below_grpo": out[arm]["final_reward"] >= out[BASELINE]["final_reward"]}
+    return out | controls(out)
+
+
+def controls(out: dict) -> dict:
+    """Issue 45's checks of the control arms, where they ran: the placebo is not better than GRPO
+    (its tool-error rate not lower), the oracle at least as good as the real hint (rate not higher,
+    reward not lower)."""
+    checks = {}
+    if "grpo+placebo" in out:
+        p, g = out["grpo+placebo"], out[BASELINE]
+        checks["placebo_not_better_than_grpo"] = p["final_tool_error_rate"] >= g["final_tool_error_rate"]
+    if "grpo+oracle" in out and "grpo+hint" in out:
+        o, h = out["grpo+oracle"], out["grpo+hint"]
+        checks["oracle_at_least_real"] = (o["final_tool_error_rate"] <= h["final_tool_error_rate"]
+                                          and o["final_reward"] >= h["final_reward"])
+    return {"checks": checks} if checks else {}
 
 
 def main() -> None:
@@ -90,6 +114,10 @@ def main() -> None:
     add_ab_args(p)
     p.add_argument("--arms", default="grpo+distill", help=f"from {', '.join(ARMS)} (grpo is always run)")
     p.add_argument("--sampled-weight", type=float, default=0.1, help="distill weight of the sampled-estimator arm")
+    p.add_argument("--out-name", default="distill_ab", help="the result's name: <results>/<name>.json and .png")
+    p.add_argument("--hint-weight", type=float, default=1.0, help="distill weight of the hint, placebo and oracle arms")
+    p.add_argument("--gate", type=Path, help="a benchmarks/hint_lift.py result: the hint, placebo and oracle arms "
+                                             "distill only error kinds whose lift lies above 0 there")
     p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
     a = p.parse_args()
     arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
@@ -110,11 +138,13 @@ def main() -> None:
                                             f"{s['ratio_over_grpo']:.2f} ({'met' if s['target_met'] else 'not met'})")
         print(f"| {arm} | {s['start_tool_error_rate']:.3f} -> {s['final_tool_error_rate']:.3f} | {s['final_reward']:.3f} "
               f"| {','.join(map(str, s['collapsed_seeds'])) or '-'} | {ratio} |")
+    for name, ok in summary.get("checks", {}).items():
+        print(f"{name}: {'yes' if ok else 'no'}")
     a.results.mkdir(parents=True, exist_ok=True)
-    (a.results / "distill_ab.json").write_text(json.dumps({**fields(a, records), "arms": settings, "runs": results,
-                                                           "summary": summary}, indent=1))
-    plot(results, a.results / "distill_ab.png")
-    print(f"wrote {a.results / 'distill_ab.json'} and distill_ab.png")
+    (a.results / f"{a.out_name}.json").write_text(json.dumps({**fields(a, records), "arms": settings, "runs": results,
+                                                              "summary": summary}, indent=1))
+    plot(results, a.results / f"{a.out_name}.png")
+    print(f"wrote {a.results / a.out_name}.json and .png")
 
 
 if __name__ == "__main__":

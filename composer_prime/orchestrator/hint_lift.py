@@ -30,7 +30,7 @@ from composer_prime.env_runtime.error_sites import detect
 from composer_prime.env_runtime.tool_calls import parse_tool_call
 from composer_prime.env_runtime.turns import Turn
 
-ARMS = ("hint", "plain", "placebo")  # the teacher's context, the student's, the teacher's with a placebo hint
+ARMS = ("hint", "plain", "placebo", "oracle")  # the teacher's context, the student's, a placebo's, an oracle's
 
 
 @dataclass
@@ -43,6 +43,7 @@ class SiteDraws:
     hint: list[bool]
     plain: list[bool]
     placebo: list[bool] = field(default_factory=list)
+    oracle: list[bool] = field(default_factory=list)  # a teacher shown the correct turn (hint_arms.py)
     gap_mean: float | None = None
     gap_min: float | None = None
 
@@ -86,14 +87,15 @@ def bootstrap(draws: Sequence[SiteDraws], stat: Callable[[Sequence[SiteDraws]], 
 
 
 def row(draws: Sequence[SiteDraws], n_boot: int = 1000, seed: int = 0) -> dict:
-    """One table row: sites, each arm's P(valid), H with its interval, H_placebo with its interval
-    (when placebo draws exist) and the gap's means."""
+    """One table row: sites, each arm's P(valid), H with its interval, the placebo's and the oracle's
+    H with theirs (where drawn) and the gap's means."""
     out = {"sites": len(draws), "draws": len(draws[0].hint) if draws else 0,
            "p_hint": rate(draws, "hint"), "p_plain": rate(draws, "plain"),
            "lift": lift(draws), "lift_ci": list(bootstrap(draws, lift, n_boot, seed))}
-    if draws and all(s.placebo for s in draws):
-        out |= {"p_placebo": rate(draws, "placebo"), "placebo_lift": lift(draws, "placebo"),
-                "placebo_ci": list(bootstrap(draws, lambda d: lift(d, "placebo"), n_boot, seed))}
+    for arm in ("placebo", "oracle"):
+        if draws and all(getattr(s, arm) for s in draws):
+            out |= {f"p_{arm}": rate(draws, arm), f"{arm}_lift": lift(draws, arm),
+                    f"{arm}_ci": list(bootstrap(draws, lambda d, arm=arm: lift(d, arm), n_boot, seed))}
     gaps = [s for s in draws if s.gap_mean is not None]
     if gaps:
         out |= {"gap_mean": sum(s.gap_mean for s in gaps) / len(gaps), "gap_min": sum(s.gap_min for s in gaps) / len(gaps)}
@@ -115,7 +117,8 @@ Check = Callable[[str, str], Awaitable[bool]]  # (turn text, finish reason) -> v
 
 
 async def draw_site(env: str, kind: str, plain_ids: list[int], hint_ids: list[int], draw: Draw, check: Check,
-                    seeds: Sequence[int], placebo_ids: list[int] | None = None) -> SiteDraws:
+                    seeds: Sequence[int], placebo_ids: list[int] | None = None,
+                    oracle_ids: list[int] | None = None) -> SiteDraws:
     """Draw the erring turn once per seed from each context (the same seeds on every arm: common
     random numbers, so the arms differ only by their context) and check each draw."""
     async def one(ids: list[int], s: int) -> bool:
@@ -124,8 +127,8 @@ async def draw_site(env: str, kind: str, plain_ids: list[int], hint_ids: list[in
     async def arm(ids: list[int]) -> list[bool]:
         return list(await asyncio.gather(*(one(ids, s) for s in seeds)))  # together: an engine batches them
 
-    return SiteDraws(env, kind, await arm(hint_ids), await arm(plain_ids),
-                     await arm(placebo_ids) if placebo_ids is not None else [])
+    maybe = lambda ids: arm(ids) if ids is not None else asyncio.sleep(0, [])  # noqa: E731
+    return SiteDraws(env, kind, *await asyncio.gather(arm(hint_ids), arm(plain_ids), maybe(placebo_ids), maybe(oracle_ids)))
 
 
 class LiftTracker:

@@ -31,6 +31,19 @@ def volunteers_line(row: dict) -> str | None:
             f"{total(lambda w: w.startswith('rejected')):.0f} rejected")
 
 
+def hint_lift_line(orch: list[dict]) -> str | None:
+    """The distill step's hint lift per error kind over the run (its last row that has one), in words;
+    None where the run did not measure it (orchestrator.distill.lift_samples = 0)."""
+    row = next((r for r in reversed(orch) if any(k.startswith("distill/hint_lift/") for k in r)), None)
+    if row is None:
+        return None
+    kinds = sorted(k.split("/", 2)[2] for k in row if k.startswith("distill/hint_lift/"))
+    return "hint lift (distill/hint_lift, H [95% CI], sites): " + "; ".join(
+        f"{k} {row[f'distill/hint_lift/{k}']:+.3f} [{row[f'distill/hint_lift_lo/{k}']:+.3f}, "
+        f"{row[f'distill/hint_lift_hi/{k}']:+.3f}], {row[f'distill/hint_lift_sites/{k}']:.0f}"
+        + ("" if row.get(f"distill/gate/{k}", 1.0) else " (gated off)") for k in kinds)
+
+
 def _mean(rows: list[dict], key) -> float:
     return sum(key(r) if callable(key) else r.get(key, 0.0) for r in rows) / max(1, len(rows))
 
@@ -94,6 +107,7 @@ def summarize(run: Path, wall_s: float | None = None) -> dict:
         "train_curve": train,
         "time_per_step": time_breakdown(run),
         "volunteers": next((volunteers_line(r) for r in reversed(orch) if "volunteers/healthy" in r), None),
+        "hint_lift": hint_lift_line(orch),
     }
 
 
@@ -139,7 +153,8 @@ def write_report(run: Path, wall_s: float | None = None) -> dict:
         f"- rollouts: {s['rollouts']} ({fmt(s['rollouts_per_s'], '{:.1f}')}/s)\n"
         f"- trainer busy fraction: {fmt(s['trainer_busy_fraction'])}\n"
         f"- held-out reward: {fmt(s['heldout_reward_start'])} → {fmt(s['heldout_reward_end'])}\n{where}"
-        + (f"- {s['volunteers']}\n" if s["volunteers"] else "") + "\n"
+        + (f"- {s['volunteers']}\n" if s["volunteers"] else "")
+        + (f"- {s['hint_lift']}\n" if s["hint_lift"] else "") + "\n"
         "![reward](reward.png)\n"
     )
     return s

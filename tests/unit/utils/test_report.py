@@ -3,7 +3,7 @@
 
 import json
 
-from composer_prime.utils.report import time_breakdown, volunteers_line
+from composer_prime.utils.report import hint_lift_line, time_breakdown, volunteers_line
 
 
 def test_volunteers_counts_in_words_summed_over_nodes():
@@ -36,3 +36,15 @@ def test_a_short_run_of_slow_steps_still_gets_its_time_breakdown(tmp_path):
     assert t["orchestrator"]["generate_and_score_s"] == 12.0
     write_rows(tmp_path / "trainer" / "metrics.jsonl", [{"step": 0, "time": 100.0, **phases}])
     assert time_breakdown(tmp_path) == {}  # one step: nothing to take a time between
+
+
+def test_hint_lift_line_reads_the_runs_last_measurement():
+    rows = [{"step": 0, "distill/hint_lift/parse": 0.1, "distill/hint_lift_lo/parse": -0.2, "distill/hint_lift_hi/parse": 0.3,
+             "distill/hint_lift_sites/parse": 2.0},
+            {"step": 1, "distill/hint_lift/parse": 0.5, "distill/hint_lift_lo/parse": 0.25, "distill/hint_lift_hi/parse": 0.75,
+             "distill/hint_lift_sites/parse": 9.0, "distill/hint_lift/format": 0.0, "distill/hint_lift_lo/format": -0.125,
+             "distill/hint_lift_hi/format": 0.125, "distill/hint_lift_sites/format": 8.0, "distill/gate/format": 0.0},
+            {"step": 2, "reward": 0.3}]
+    assert hint_lift_line(rows) == ("hint lift (distill/hint_lift, H [95% CI], sites): format +0.000 [-0.125, +0.125], 8 "
+                                    "(gated off); parse +0.500 [+0.250, +0.750], 9")
+    assert hint_lift_line([{"step": 0, "reward": 0.1}]) is None  # not measured: nothing said
