@@ -1,17 +1,19 @@
 """Child processes that cannot outlive their parent; the cores and GPUs they may use; the heap a
-serving process builds at start."""
+serving process builds at start; a finished process's quick end."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Callable
+from contextlib import contextmanager, suppress
+from typing import Callable, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,3 +87,23 @@ def long_lived() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def exit_now(code: int = 0) -> NoReturn:
+    """End a finished process without the interpreter's teardown.
+
+    A finished orchestrator spent 7 s, and a trainer 3 s, freeing their heaps module by module after
+    their last line (py-spy: no Python frame left; 2-core CPU under load, 2026-11-28), and `rl` waits
+    for both at the end of every run. What that teardown does that matters is done here first: the
+    other non-daemon threads are joined, as the interpreter would, the atexit handlers run (logging's
+    flush among them), and the standard streams are flushed. Only for a process's own end: never
+    from code that a test or another program calls in-process."""
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # closed, or a pipe whose reader is gone: nothing more to say there
+            stream.flush()
+    os._exit(code)
