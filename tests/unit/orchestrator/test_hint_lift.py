@@ -128,3 +128,31 @@ def test_the_oracle_hint_is_the_correct_turn(task):
     after = HintContext([{"role": "tool", "content": "1660"}], "The answer is 1660", [], task)
     assert asyncio.run(OracleHinter()(UNKNOWN, before)) == f"Use the tool as shown: {RIGHT}"
     assert asyncio.run(OracleHinter()(ErrorSite(1, "format", "x"), after)) == "Reply with exactly: 1660"
+
+
+class HintFollower:
+    """The inference seam of the lift's draws: "1660" (a valid final reply) from a context holding a
+    hint that names `calc`, "The answer is 1660" (tool-calc's format error) from any other."""
+
+    def __init__(self, tok) -> None:
+        self.tok, self.prompts = tok, []
+
+    async def generate(self, prompt_ids, params):
+        from composer_prime.contract.inference import Completion
+
+        self.prompts.append(params.seed)
+        text = "1660" if "`calc`" in self.tok.decode(prompt_ids) else "The answer is 1660"
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        return Completion(ids, [-0.5] * len(ids), "stop", 0, "fake")
+
+
+def test_the_run_metric_draws_each_hinted_turn_with_and_without_its_hint(tiny_model_dir):
+    o = orchestrator(tiny_model_dir, distill={"enabled": True, "lift_samples": 3})
+    erring, clean = scripted(o, [WRONG, RIGHT, "The answer is 1660"]), scripted(o, [RIGHT, "1660"])
+    o.steps["distill"].distiller.sampler.client = follower = HintFollower(o.tok)
+    batch, info = asyncio.run(o.build(0, Collected(groups=[([erring, clean], [0.0, 1.0])], seen={"tool-calc": [erring, clean]})))
+    assert len(follower.prompts) == 2 * 2 * 3  # 2 sites x (hinted, plain) x 3 seeds
+    # the unknown_tool hint names `calc`: always valid with it, never without (H = 1); the format hint
+    # ("Reply with the number only: 1660") does not, so the follower errs either way (H = 0)
+    assert (info["distill/hint_lift/unknown_tool"], info["distill/hint_lift/format"]) == (1.0, 0.0)
+    assert info["distill/hint_lift_sites/unknown_tool"] == info["distill/hint_lift_sites/format"] == 1.0
