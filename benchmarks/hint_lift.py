@@ -14,7 +14,8 @@ tool-calc's own turn check (orchestrator/hint_lift.py). Prints, per error kind, 
 without the hint, H = P(valid | hint) − P(valid | no hint) with its 95% bootstrap interval over
 sites, the placebo's (and oracle's) H, and the per-token gap log p_T(y) − log p_S(y) on the erring
 turn's own tokens (mean over the turn, and its minimum: the token the hint most rejects). Writes
-<results>/hint_lift_<name>.json stamped with machine, date and commit; its `summary` is what
+<results>/hint_lift_<name>.json (hint_lift.json without `--name`) stamped with machine, date and
+commit; its `summary` is what
 `orchestrator.distill.gate.lift_file` reads.
 """
 
@@ -132,7 +133,7 @@ def table(summary: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a warm-started model directory (or tiny, smollm2-135m)")
-    p.add_argument("--name", default="tiny", help="the result's name: <results>/hint_lift_<name>.json")
+    p.add_argument("--name", help="the result's name: <results>/hint_lift_<name>.json (default hint_lift.json)")
     p.add_argument("--rollouts", type=int, default=96)
     p.add_argument("--k", type=int, default=16, help="draws per site and arm (the same seeds on every arm)")
     p.add_argument("--max-sites", type=int, default=64)
@@ -153,7 +154,7 @@ def main() -> None:
         sys.exit("no error turn was hinted: nothing to measure")
     print(table(summary))
     a.results.mkdir(parents=True, exist_ok=True)
-    out = a.results / f"hint_lift_{a.name}.json"
+    out = a.results / (f"hint_lift_{a.name}.json" if a.name else "hint_lift.json")
     out.write_text(json.dumps({**stamp(a.device), "model": a.model, "k": a.k, "placebo": a.placebo, **info,
                                "summary": summary, "sites": [d.__dict__ for d in draws]}, indent=1))
     print(f"wrote {out}")

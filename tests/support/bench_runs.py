@@ -82,6 +82,8 @@ SMALLEST = {
     # the quickstart's batch (128, groups of 8, 16 tokens) for 5 steps, once, the current code only (a baseline
     # is a second measurement: as much time again); about 15 s, nearly all of it the server's and the orchestrator's start
     "orchestrator_ceiling": lambda: ["--steps", "5", "--repeats", "1"],
+    # the tiny model as it is (its replies are format errors), 4 rollouts, 2 sites, 2 draws per arm, the oracle too
+    "hint_lift": lambda: ["--model", "tiny", "--rollouts", "4", "--k", "2", "--max-sites", "2", "--boot", "20", "--oracle"],
 }
 SCRATCH = {"broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion", "real_model", "openenv",
            "diloco", "volunteers", "gpu_check", "orchestrator_ceiling"}  # take --work
