@@ -103,9 +103,11 @@ class Hosts:
 def switched(names: list[str]) -> Iterator[Hosts]:
     """One namespace per name, each with one address on a bridge in a namespace of its own (the
     switch), the root namespace on it too at .254; all removed afterwards (deleting the switch's
-    namespace removes the bridge and every cable). Subnet 10.232.<pid % 250>.0/24."""
+    namespace removes the bridge and every cable). Subnet 10.232.X.0/24, X from the pid's on, the
+    first that no address of the root namespace is in (another run's switch)."""
     tag = f"{PREFIX}{os.getpid() % 100000}"
-    net = f"10.232.{os.getpid() % 250}"
+    taken = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    net = next(n for x in range(250) if f" {(n := f'10.232.{(os.getpid() + x) % 250}')}." not in taken)
     switch, ns = f"{tag}sw", {n: f"{tag}-{n}" for n in names}
     hosts = Hosts({n: ["ip", "netns", "exec", ns[n]] for n in names}, {n: f"{net}.{i + 1}" for i, n in enumerate(names)},
                   f"{net}.254", switch, {n: f"{tag}p{i}" for i, n in enumerate(names)})

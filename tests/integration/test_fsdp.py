@@ -1,6 +1,9 @@
-"""FSDP2 on 2 gloo ranks must compute exactly what one process computes on the same batch."""
+"""FSDP2 on 2 gloo ranks must compute exactly what one process computes on the same batch: on one
+machine, and with each rank on its own emulated host (network namespaces, where neither can reach
+the other's loopback)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -8,15 +11,26 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from benchmarks.support import netem
 from tests.conftest import ROOT, free_port
 
 
-def run(nproc: int, model_dir, out, loss: dict | None = None) -> tuple[dict, dict]:
+def run(nproc: int, model_dir, out, loss: dict | None = None, hosts: netem.Hosts | None = None) -> tuple[dict, dict]:
+    """`nproc` ranks under torchrun on loopback, or one rank on each of `hosts` (emulated machines:
+    rendezvous at the first one's address, gloo on each host's own interface)."""
     out.mkdir()
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-                    f"--master-port={free_port()}", "tests/support/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})],
-                   cwd=ROOT, check=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-                                                            **{k: v for k, v in __import__("os").environ.items()}})
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **os.environ}
+    worker = ["tests/support/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})]
+    if hosts is None:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+                        f"--master-port={free_port()}", *worker], cwd=ROOT, check=True, timeout=600, env=env)
+    else:
+        first = next(iter(hosts.addr.values()))
+        ranks = [subprocess.Popen([*prefix, sys.executable, "-m", "torch.distributed.run", f"--nnodes={nproc}",
+                                   f"--node-rank={i}", "--nproc-per-node=1", f"--master-addr={first}", "--master-port=29500",
+                                   *worker], cwd=ROOT, env={**env, "GLOO_SOCKET_IFNAME": "eth0"})
+                 for i, prefix in enumerate(hosts.prefix.values())]
+        assert [r.wait(timeout=600) for r in ranks] == [0] * nproc
     return json.loads((out / "metrics.json").read_text()), load_file(str(out / "weights.safetensors"))
 
 
@@ -37,9 +51,15 @@ OBJECTIVES = {"default": {},
 TOL = 1e-7
 
 
+@pytest.fixture(scope="module")
+def one_default(tiny_model_dir, tmp_path_factory) -> tuple[dict, dict]:
+    """One process's step with the default objective: what both 2-rank layouts are held to."""
+    return run(1, tiny_model_dir, tmp_path_factory.mktemp("fsdp") / "one")
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
-def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective):
-    m1, w1 = run(1, tiny_model_dir, tmp_path / "one", OBJECTIVES[objective])
+def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective, one_default):
+    m1, w1 = one_default if objective == "default" else run(1, tiny_model_dir, tmp_path / "one", OBJECTIVES[objective])
     m2, w2 = run(2, tiny_model_dir, tmp_path / "two", OBJECTIVES[objective])
     assert m2["trained_tokens"] == m1["trained_tokens"]
     assert m2["loss/rl"] == pytest.approx(m1["loss/rl"], rel=1e-4, abs=1e-6)
@@ -70,3 +90,16 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective):
         for d in ("one", "two"):  # the checkpoint holds the teacher: a resumed run scores with the same weights
             resumed = load_file(str(tmp_path / d / "teacher_resumed.safetensors"))
             assert all(torch.equal(resumed[k], t) for k, t in load_file(str(tmp_path / d / "teacher.safetensors")).items())
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=f"network namespaces: {netem.available()}")
+def test_two_ranks_on_two_hosts_match_one_process(tiny_model_dir, tmp_path, one_default):
+    """Rendezvous (torchrun's store) and gloo between two hosts' own addresses: the step is one
+    process's, as on one machine."""
+    m1, w1 = one_default
+    with netem.switched(["rank0", "rank1"]) as hosts:
+        m2, w2 = run(2, tiny_model_dir, tmp_path / "two", hosts=hosts)
+    assert m2["trained_tokens"] == m1["trained_tokens"] and m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
+    assert m2["loss/rl"] == pytest.approx(m1["loss/rl"], rel=1e-4, abs=1e-6)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=TOL)
