@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from composer_prime.utils.logs import setup
+from composer_prime.utils.proc import run_main
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -167,4 +168,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

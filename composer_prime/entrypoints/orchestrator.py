@@ -13,7 +13,7 @@ from composer_prime.config import OrchestratorConfig, load_or_exit
 from composer_prime.entrypoints import checks
 from composer_prime.transports import auth
 from composer_prime.utils.logs import setup
-from composer_prime.utils.proc import exit_now, pin_cpus
+from composer_prime.utils.proc import pin_cpus, run_main
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,11 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         orchestrator = Orchestrator(cfg, keys)
         asyncio.run(orchestrator.run_loop())
-        exit_now(0)  # every batch sent, metrics written: no seconds of heap teardown for `rl` to wait on
     except (EnvError, InferenceUnreachable) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -26,6 +26,7 @@ from composer_prime.transports import auth
 from composer_prime.utils import report_segments, run_dir
 from composer_prime.utils.logs import setup
 from composer_prime.utils.report import metrics_rows, resumed_words, write_report
+from composer_prime.utils.proc import run_main
 from composer_prime.utils.supervise import supervise
 from composer_prime.utils.watch import Watch
 
@@ -176,4 +177,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -12,7 +12,7 @@ from composer_prime.config import SFTConfig, load_or_exit
 from composer_prime.config.loader import one_line_errors
 from composer_prime.entrypoints import checks
 from composer_prime.utils.logs import setup
-from composer_prime.utils.proc import exit_now
+from composer_prime.utils.proc import run_main
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,8 +24,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with one_line_errors():  # a malformed example is found once the tokenizer is loaded
         train(cfg)
-    exit_now(0)  # the model saved: no seconds of heap teardown to wait on
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

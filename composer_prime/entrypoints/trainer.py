@@ -22,7 +22,7 @@ from composer_prime.entrypoints import checks
 from composer_prime.transports import auth
 from composer_prime.utils.logs import setup
 from composer_prime.utils.net import free_port
-from composer_prime.utils.proc import exit_now, exit_with_parent, pin_cpus
+from composer_prime.utils.proc import exit_with_parent, pin_cpus, run_main
 
 
 def check_keys(cfg: TrainerConfig) -> None:
@@ -51,7 +51,6 @@ def train(cfg: TrainerConfig) -> None:
     from composer_prime.trainer.train import run
 
     run(cfg)
-    exit_now(0)  # trained, saved and published: no seconds of heap teardown for `rl` to wait on
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,4 +89,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -11,11 +11,15 @@ against asking everyone everything (`--gating all` without a gate).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
-from transformers import PreTrainedTokenizerBase
 
 from composer_prime.traces.dataset import as_text, render
 from composer_prime.traces.record import Step, assistant_message
+
+if TYPE_CHECKING:  # a type only: `composer-prime --help` builds its parser from this package without transformers
+    from transformers import PreTrainedTokenizerBase
 
 
 class StudentGate:

@@ -77,3 +77,22 @@ def test_a_stopped_trainer_exits_quietly(tmp_path, tiny_model_dir):
             os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
+
+
+ENDS = ("import atexit, sys, threading, time\n"
+        "from composer_prime.utils.proc import run_main\n"
+        "def main():\n"
+        "    atexit.register(lambda: print('atexit ran'))\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', end=''))).start()\n"
+        "    sys.stdout.write('unflushed ')\n"
+        "    {end}\n"
+        "run_main(main)\n")
+
+
+@pytest.mark.parametrize("end, code, err", [("return", 0, ""), ("sys.exit(3)", 3, ""), ("sys.exit('disk full')", 1, "disk full\n")])
+def test_run_main_ends_with_main_s_code_after_its_threads_atexit_and_buffered_output(end, code, err):
+    """utils/proc.run_main (each finishing process's entry) skips only the interpreter's teardown: the exit code,
+    a SystemExit's message, a running non-daemon thread's last words, atexit handlers and unflushed output stay."""
+    r = subprocess.run([sys.executable, "-c", ENDS.format(end=end)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (code, err)
+    assert r.stdout == "unflushed thread doneatexit ran\n"
