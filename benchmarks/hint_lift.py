@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from composer_prime.config.sampling import SamplingParams  # noqa: E402
 from composer_prime.contract.inference import Completion  # noqa: E402
 from composer_prime.env_runtime.tasksets import load_tasks  # noqa: E402
-from composer_prime.orchestrator.hint_arms import OracleHinter, PlaceboHinter  # noqa: E402
+from composer_prime.orchestrator.hint_arms import PlaceboHinter  # noqa: E402
 from composer_prime.orchestrator.hint_lift import draw_site, summarise, turn_valid  # noqa: E402
-from composer_prime.orchestrator.hints import HintContext, make_hinter  # noqa: E402
+from composer_prime.orchestrator.hints import HintContext, OracleHinter, make_hinter  # noqa: E402
 from composer_prime.orchestrator.rollouts import rollout  # noqa: E402
 from composer_prime.orchestrator.teachers import history_before, teacher_view  # noqa: E402
 from support.cli import stamp  # noqa: E402

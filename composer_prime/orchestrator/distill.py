@@ -30,6 +30,7 @@ from composer_prime.contract.batches import Sample
 from composer_prime.contract.distill import Teacher
 from composer_prime.orchestrator.batch import BatchContext, Step
 from composer_prime.orchestrator.client import InferenceClient, RefusedRequest
+from composer_prime.orchestrator.hint_arms import PlaceboHinter
 from composer_prime.orchestrator.hint_lift import LiftGate, LiftTracker
 from composer_prime.orchestrator.hints import HintConfig, HintContext, make_hinter
 from composer_prime.orchestrator.lift_sampling import GateConfig, LiftSampler, load_gate
@@ -75,8 +76,9 @@ class Distiller:
     def __init__(self, cfg: DistillConfig, tok: PreTrainedTokenizerBase, client: InferenceClient) -> None:
         h = cfg.hints
         self.cfg, self.tok, self.client = cfg, tok, client
-        self.hinter = make_hinter(h.sources, h.templates, h.llm_url, h.llm_model, h.llm_timeout_s, h.cache_path,
-                                  h.placebo)
+        self.hinter = make_hinter(h.sources, h.templates, h.llm_url, h.llm_model, h.llm_timeout_s, h.cache_path)
+        if h.placebo != "off":  # the control arm: the same chain, its hints emptied of their information
+            self.hinter = PlaceboHinter(self.hinter, h.placebo)
         self.tracker = LiftTracker()
         self.gate: LiftGate | None = load_gate(cfg.gate, self.tracker)
         self.sampler = LiftSampler(client, tok, cfg.lift_samples) if cfg.lift_samples and client is not None else None

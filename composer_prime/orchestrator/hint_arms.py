@@ -1,13 +1,12 @@
-"""The control arms of hint self-distillation: a placebo hint and an oracle hint.
+"""The placebo arm of hint self-distillation (the oracle arm's hinter is hints.OracleHinter).
 
 - **placebo**: the same channel with a hint that carries no information about the turn: the real
   hint's words shuffled (`shuffle`, a fixed permutation per hint text), or the hint the chain gives
   for another error kind at the same turn (`other_kind`, kinds taken in turn). If the placebo arm
   gains as much as the real one, the gain came from having a hint at all, not from what it says
   (a retry study saw gibberish hints gain +10.8 points against +12.0 for gold ones).
-- **oracle**: the teacher sees the correct turn itself, from the task's `oracle(site, ctx)` (the
-  exact call, or the exact reply once the tool has answered). It checks the plumbing: a teacher
-  that knows the answer must win clearly, or the channel is broken.
+- **oracle** (hints.py, source "oracle"): the teacher sees the correct turn itself, from the task's
+  `oracle(site, ctx)`. It checks the plumbing: a teacher that knows the answer must win clearly.
 """
 
 from __future__ import annotations
@@ -17,10 +16,7 @@ import random
 from dataclasses import replace
 
 from composer_prime.env_runtime.error_sites import KINDS, ErrorSite
-from composer_prime.orchestrator.hints import Hinter, HintContext, task_hook
-
-ORACLE_CALL = "Use the tool as shown: {turn}"  # the wording of tool-calc's hinted demonstrations (tool_calc.demos)
-ORACLE_REPLY = "Reply with exactly: {turn}"
+from composer_prime.orchestrator.hints import Hinter, HintContext
 
 
 def shuffled(hint: str) -> str:
@@ -52,13 +48,3 @@ class PlaceboHinter:
     async def close(self) -> None:
         if hasattr(self.inner, "close"):
             await self.inner.close()
-
-
-class OracleHinter:
-    """The task's correct turn as the hint (None where the task has no `oracle` hook)."""
-
-    async def __call__(self, site: ErrorSite, ctx: HintContext) -> str | None:
-        turn = await task_hook("oracle", site, ctx)
-        if not turn:
-            return None
-        return (ORACLE_CALL if turn.lstrip().startswith("<tool_call>") else ORACLE_REPLY).format(turn=turn)

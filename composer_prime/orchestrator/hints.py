@@ -128,6 +128,23 @@ class EnvHinter:
         return await task_hook("hint", site, ctx)
 
 
+# --- the oracle: the correct turn (a control arm, with the placebo of hint_arms.py) ------------------
+
+ORACLE_CALL = "Use the tool as shown: {turn}"  # the wording of tool-calc's hinted demonstrations (tool_calc.demos)
+ORACLE_REPLY = "Reply with exactly: {turn}"
+
+
+class OracleHinter:
+    """The task's correct turn, from its `oracle(site, ctx)`, as the hint (None where it has none):
+    a teacher that knows the answer must win clearly, or the channel's plumbing is broken."""
+
+    async def __call__(self, site: ErrorSite, ctx: HintContext) -> str | None:
+        turn = await task_hook("oracle", site, ctx)
+        if not turn:
+            return None
+        return (ORACLE_CALL if turn.lstrip().startswith("<tool_call>") else ORACLE_REPLY).format(turn=turn)
+
+
 # --- an LLM's hint --------------------------------------------------------------------------------
 
 SYSTEM = ("A model learning to use tools made a mistake in one turn. Write a hint of one or two sentences "
@@ -221,11 +238,9 @@ class ChainHinter:
 
 
 def make_hinter(sources: list[str], templates: dict[str, str], llm_url: str | None, llm_model: str | None,
-                llm_timeout_s: float, cache_path: Path | None, placebo: str = "off") -> Hinter:
-    """The chain of `sources` ("env", "template", "llm", "oracle") in the configured order, wrapped
-    in the placebo unless `placebo` is "off"."""
-    from composer_prime.orchestrator.hint_arms import OracleHinter, PlaceboHinter
-
+                llm_timeout_s: float, cache_path: Path | None) -> ChainHinter:
+    """The chain of `sources` ("env", "template", "llm", "oracle") in the configured order (the
+    placebo wraps a chain: hint_arms.py)."""
     hinters: list[Hinter] = []
     for source in sources:
         if source == "env":
@@ -240,4 +255,4 @@ def make_hinter(sources: list[str], templates: dict[str, str], llm_url: str | No
             hinters.append(OracleHinter())
         else:
             raise ValueError(f"unknown hint source {source!r}; sources: env, template, llm, oracle")
-    return ChainHinter(hinters) if placebo == "off" else PlaceboHinter(ChainHinter(hinters), placebo)
+    return ChainHinter(hinters)

@@ -10,10 +10,10 @@ import pytest
 
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.tasksets import load_tasks
-from composer_prime.orchestrator.hint_arms import OracleHinter, PlaceboHinter, other_kind, shuffled
+from composer_prime.orchestrator.hint_arms import PlaceboHinter, other_kind, shuffled
 from composer_prime.orchestrator.hint_lift import (LiftGate, LiftTracker, SiteDraws, bootstrap, draw_site, lift,
                                                    summarise, turn_valid)
-from composer_prime.orchestrator.hints import HintContext, make_hinter
+from composer_prime.orchestrator.hints import HintContext, OracleHinter, make_hinter
 from composer_prime.orchestrator.orchestrator import Collected
 from tests.support.scripted import RIGHT, WRONG, orchestrator, scripted
 
@@ -116,7 +116,7 @@ UNKNOWN = ErrorSite(0, "unknown_tool", "unknown tool 'calculator'; the tools are
 def test_placebo_hints_keep_the_words_or_change_the_kind(task):
     ctx = HintContext([{"role": "user", "content": "874 + 786"}], WRONG, [], task)
     real = asyncio.run(make_hinter(["env"], {}, None, None, 1.0, None)(UNKNOWN, ctx))
-    placebo = asyncio.run(make_hinter(["env"], {}, None, None, 1.0, None, "shuffle")(UNKNOWN, ctx))
+    placebo = asyncio.run(PlaceboHinter(make_hinter(["env"], {}, None, None, 1.0, None), "shuffle")(UNKNOWN, ctx))
     assert placebo != real and sorted(placebo.split()) == sorted(real.split()) and placebo == shuffled(real)
     assert other_kind("unknown_tool") == "bad_arguments" and other_kind("format") == "parse" and other_kind("x") == "parse"
     other = asyncio.run(PlaceboHinter(make_hinter(["template"], {}, None, None, 1.0, None), "other_kind")(UNKNOWN, ctx))
