@@ -53,9 +53,16 @@ TIMEOUT_S = 5.0  # the orchestrator's inference_timeout_s; quickstart generation
 
 def health(url: str) -> dict | None:
     try:
-        return httpx.get(f"{url}/health", timeout=2).json()
+        return httpx.get(f"{url}/health", timeout=10).json()  # a loaded machine's server answers slowly
     except httpx.HTTPError:
         return None
+
+
+def serving(url: str) -> int:
+    """The weight version inference serves; it must answer."""
+    answer = health(url)
+    assert answer is not None, f"inference at {url} did not answer /health"
+    return answer["weight_version"]
 
 
 def test_listening_on_or_reaching_for_loopback_is_a_breach():
@@ -63,15 +70,18 @@ def test_listening_on_or_reaching_for_loopback_is_a_breach():
     S = host_sockets.Sock
     addr, op = {"inference": "10.0.0.1", "orchestrator": "10.0.0.2"}, "10.0.0.254"
     services = {("inference", 8000): "inference"}
-    clean = {"inference": {S(("10.0.0.1", 8000), ("0.0.0.0", 0), "0A"), S(("10.0.0.1", 8000), ("10.0.0.2", 40000), "01")},
+    clean = {"inference": {S(("10.0.0.1", 8000), ("0.0.0.0", 0), "0A"), S(("10.0.0.1", 8000), ("10.0.0.2", 40000), "01"),
+                           S(("10.0.0.1", 8000), (op, 50000), "01")},  # the test itself asking inference
              "orchestrator": {S(("10.0.0.2", 40000), ("10.0.0.1", 8000), "01"), S(("127.0.0.1", 5000), ("127.0.0.1", 41000), "01")}}
     assert host_sockets.judge(clean, addr, services, op) == ({("orchestrator", "inference")}, [])
     bad = {"inference": {S(("127.0.0.1", 8000), ("0.0.0.0", 0), "0A")},
-           "orchestrator": {S(("127.0.0.1", 40000), ("127.0.0.1", 8000), "02"), S(("10.0.0.2", 1), ("192.0.2.9", 80), "01")}}
+           "orchestrator": {S(("127.0.0.1", 40000), ("127.0.0.1", 8000), "02"), S(("10.0.0.2", 1), ("192.0.2.9", 80), "01"),
+                            S(("10.0.0.2", 2), (op, 22), "01")}}
     edges, breaches = host_sockets.judge(bad, addr, services, op)
     assert not edges and sorted(breaches) == [
         "inference's inference listens on 127.0.0.1:8000, unreachable from other hosts",
         "orchestrator reaches for inference (inference's port) at 127.0.0.1:8000",
+        "orchestrator talks to 10.0.0.254:22, the test's own address",
         "orchestrator talks to 192.0.2.9:80, no host of this run"]
     assert host_sockets.parse("sl local rem st\n 0: 0100007F:1F40 0200000A:9C40 01 x\n") == {S(("127.0.0.1", 8000), ("10.0.0.2", 40000), "01")}
 
@@ -147,14 +157,14 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
         net.cut("relay")
         held, cut_until = set(), time.time() + RELAY_CUT_S
         while time.time() < cut_until:
-            held.add(health(url)["weight_version"])
+            held.add(serving(url))
             time.sleep(0.5)
         assert len(held) <= 2, held  # at most one step landed as the cable was pulled
         published = len(rows(metrics))  # the trainer went on a step or so past what inference serves
         served = probe(url, tiny_model_dir)
         net.mend("relay")
         deadline = time.time() + 120
-        while health(url)["weight_version"] <= max(held):
+        while serving(url) <= max(held):
             assert time.time() < deadline, log_tails(tmp_path)
             time.sleep(0.2)
         caught_up = time.time() - cut_until
@@ -182,7 +192,7 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
         procs["orchestrator"] = start("orchestrator")  # started again once the host is back: it follows the trainer
         assert procs["orchestrator"].wait(timeout=900) == 0, log_tails(tmp_path)
         assert procs["trainer"].wait(timeout=300) == 0, log_tails(tmp_path)
-        assert health(url)["weight_version"] == STEPS
+        assert serving(url) == STEPS
         tokens, logprobs = probe(url, tiny_model_dir)  # same seed, new weights: new tokens or at least new log-probs
         n = min(len(logprobs), len(before[1]))
         assert tokens != before[0] or max(abs(x - y) for x, y in zip(logprobs[:n], before[1][:n])) > 1e-3

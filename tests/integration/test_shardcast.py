@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 
 import httpx
 import pytest
 
+from composer_prime.contract.weights import Shardcast
 from composer_prime.transports.weights.shardcast.client import DownloadError
+from composer_prime.transports.weights.shardcast.follow import follow
 from composer_prime.transports.weights.shardcast.manifest import Manifest, load_or_create_key, public_hex, sign
 from composer_prime.transports.weights.shardcast.origin import Origin
 from composer_prime.transports.weights.shardcast.store import parse_distribution
@@ -208,3 +211,36 @@ def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
         assert httpx.get(f"{url}/shard_00003.bin").status_code == 404  # not in the listing: refused at once
     finally:
         server.stop()
+
+
+def test_a_follower_says_when_no_server_answers_and_when_one_does_again(tmp_path, caplog):
+    """A relay's host cut off (test_separate_machines.py cuts one): inference says so once and keeps
+    serving, says when a server answers again, and loads the newest step."""
+    key = load_or_create_key(tmp_path / "keys" / "trainer.ed25519")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    served: list[int] = []
+
+    async def load(path: str, step: int) -> None:
+        served.append(step)
+
+    async def go():
+        task = asyncio.create_task(follow(Shardcast((url,), public_hex(key)), str(tmp_path / "base"), tmp_path / "inference",
+                                          lambda: served[-1] if served else 0, load, wait_s=1.0))
+        await asyncio.sleep(2.5)  # nothing listens yet: every poll refused
+        server = Origin(tmp_path / "origin", key, port=port, shard_size=SHARD, keep_last=3).start()
+        try:
+            server.publish(1, make_step(tmp_path / "w", 1))
+            while not served:
+                await asyncio.sleep(0.1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            server.stop()
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(asyncio.wait_for(go(), 60))
+    said = [r.getMessage() for r in caplog.records if "weight server" in r.getMessage()]
+    assert said == [f"no weight server answers ({url}): serving step 0 until one does",
+                    f"a weight server answers again ({url}): serving step 0"]
+    assert served == [1]

@@ -81,7 +81,9 @@ def judge(seen: dict[str, set[Sock]], addr: dict[str, str], services: dict[tuple
                 if theirs and rport not in own:
                     breaches.append(f"{host} reaches for {theirs[0]} ({'/'.join(theirs)}'s port) at {rip}:{rport}")
                 continue
-            if rip not in where and rip != operator:
+            if rip == operator and lport not in own:  # the test may call a service, nothing may call the test's host
+                breaches.append(f"{host} talks to {rip}:{rport}, the test's own address")
+            elif rip not in where and rip != operator:
                 breaches.append(f"{host} talks to {rip}:{rport}, no host of this run")
             elif s.state == ESTABLISHED and (where.get(rip), rport) in services:
                 edges.add((host, services[where[rip], rport]))

@@ -21,6 +21,8 @@ async def follow(source: Shardcast, base_model_dir: str, work_dir: Path,
                  current: Callable[[], int], load: Callable[[str, int], Awaitable[None]],
                  wait_s: float = 30.0, keep: int = 1) -> None:
     """Forever: long-poll for a step newer than `current()`, download and verify it, `load` it.
+    When no server answers (a relay's host cut off), it says so once, keeps serving, and says when
+    one answers again.
 
     Only the newest step is fetched (an intermediate one would be stale on arrival). A step that
     fails verification or loading is logged, counted and never served; the next one is tried.
@@ -40,9 +42,17 @@ async def follow(source: Shardcast, base_model_dir: str, work_dir: Path,
         tmp.replace(work_dir / "stats.json")
 
     loaded: int | None = None
+    unanswered = False  # no server answered the last poll: said once, and again when one does
     try:
         while True:
+            failed = dl.stats["failed_request"]
             latest = await dl.latest(after=current(), wait_s=wait_s)
+            if dl.stats["failed_request"] - failed >= len(source.servers) and not unanswered:
+                log.warning(f"no weight server answers ({', '.join(source.servers)}): serving step {current()} until one does")
+                unanswered = True
+            elif dl.stats["failed_request"] == failed and unanswered:
+                log.info(f"a weight server answers again ({', '.join(source.servers)}): serving step {current()}")
+                unanswered = False
             if latest <= current():
                 await asyncio.sleep(1.0 if latest < 0 else 0.1)
                 continue
