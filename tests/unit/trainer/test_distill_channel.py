@@ -53,12 +53,15 @@ def conversation(tok, question: str, replies: list[str]) -> tuple[list[int], lis
     return ids, turns, opening
 
 
-def sample_with(ids: list[int], teachers: list[Teacher], rl: bool = False) -> Sample:
+def sample_with(ids: list[int], teachers: list[Teacher], rl: bool = False, advantage: float = -1.0) -> Sample:
+    """A sample distilling `teachers`' turns; its advantage there is `advantage` (by default a failed
+    sample's: the collapse guard distills nothing where it is not negative, test_distill_guard.py)."""
     distill = [0.0] * len(ids)
     for t in teachers:
         distill[t.student_start: t.student_start + t.length] = [1.0] * t.length
     weights = {"distill": distill} | ({"rl": [float(w > 0) for w in distill]} if rl else {})
-    return checked(Sample(ids, [0.0] * len(ids), [0.0] * len(ids), weights, channel_data={"distill": [asdict(t) for t in teachers]}))
+    return checked(Sample(ids, [0.0] * len(ids), [advantage * (w > 0) for w in distill], weights,
+                          channel_data={"distill": [asdict(t) for t in teachers]}))
 
 
 def checked(sample: Sample) -> Sample:

@@ -34,7 +34,7 @@ def flat_batch(tiny_model_dir):
     q = "12 + 34"
     ids, turns, opening = conversation(tok, q, [WRONG % q, RIGHT % q])
     t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
-    return [sample_with(ids, [t], rl=True)]
+    return [sample_with(ids, [t], rl=True, advantage=0.0)]
 
 
 def adam_step(model_dir, samples, weight: float, guard: str) -> tuple[float, float]:
