@@ -215,7 +215,8 @@ def test_a_listed_shard_still_arriving_is_served_the_moment_it_lands(tmp_path):
 
 def test_a_follower_says_when_no_server_answers_and_when_one_does_again(tmp_path, caplog):
     """A relay's host cut off (test_separate_machines.py cuts one): inference says so once and keeps
-    serving, says when a server answers again, and loads the newest step."""
+    serving, says when a server answers again, and loads the newest step; a server not up yet at the
+    start is no outage (nothing said)."""
     key = load_or_create_key(tmp_path / "keys" / "trainer.ed25519")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -224,15 +225,23 @@ def test_a_follower_says_when_no_server_answers_and_when_one_does_again(tmp_path
     async def load(path: str, step: int) -> None:
         served.append(step)
 
+    async def until(n: int) -> None:
+        while len(served) < n:
+            await asyncio.sleep(0.1)
+
     async def go():
         task = asyncio.create_task(follow(Shardcast((url,), public_hex(key)), str(tmp_path / "base"), tmp_path / "inference",
                                           lambda: served[-1] if served else 0, load, wait_s=1.0))
-        await asyncio.sleep(2.5)  # nothing listens yet: every poll refused
+        await asyncio.sleep(1.5)  # nothing listens yet
         server = Origin(tmp_path / "origin", key, port=port, shard_size=SHARD, keep_last=3).start()
         try:
             server.publish(1, make_step(tmp_path / "w", 1))
-            while not served:
-                await asyncio.sleep(0.1)
+            await until(1)
+            server.stop()  # gone: every poll refused
+            await asyncio.sleep(2.5)
+            server = Origin(tmp_path / "origin", key, port=port, shard_size=SHARD, keep_last=3).start()
+            server.publish(2, make_step(tmp_path / "w", 2))
+            await until(2)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -241,6 +250,6 @@ def test_a_follower_says_when_no_server_answers_and_when_one_does_again(tmp_path
     with caplog.at_level(logging.INFO):
         asyncio.run(asyncio.wait_for(go(), 60))
     said = [r.getMessage() for r in caplog.records if "weight server" in r.getMessage()]
-    assert said == [f"no weight server answers ({url}): serving step 0 until one does",
-                    f"a weight server answers again ({url}): serving step 0"]
-    assert served == [1]
+    assert said == [f"no weight server answers ({url}): serving step 1 until one does",
+                    f"a weight server answers again ({url}): serving step 1"]
+    assert served == [1, 2]

@@ -42,17 +42,20 @@ async def follow(source: Shardcast, base_model_dir: str, work_dir: Path,
         tmp.replace(work_dir / "stats.json")
 
     loaded: int | None = None
-    unanswered = False  # no server answered the last poll: said once, and again when one does
+    # None until a server answers (at start the origin may not be up yet: no outage to speak of);
+    # then whether none answered the last poll: said once, and again when one does
+    unanswered: bool | None = None
     try:
         while True:
             failed = dl.stats["failed_request"]
             latest = await dl.latest(after=current(), wait_s=wait_s)
-            if dl.stats["failed_request"] - failed >= len(source.servers) and not unanswered:
+            if dl.stats["failed_request"] - failed < len(source.servers):
+                if unanswered:
+                    log.info(f"a weight server answers again ({', '.join(source.servers)}): serving step {current()}")
+                unanswered = False
+            elif unanswered is False:
                 log.warning(f"no weight server answers ({', '.join(source.servers)}): serving step {current()} until one does")
                 unanswered = True
-            elif dl.stats["failed_request"] == failed and unanswered:
-                log.info(f"a weight server answers again ({', '.join(source.servers)}): serving step {current()}")
-                unanswered = False
             if latest <= current():
                 await asyncio.sleep(1.0 if latest < 0 else 0.1)
                 continue
