@@ -42,6 +42,7 @@ from composer_prime.config.sampling import SamplingParams
 from composer_prime.contract.audit import AuditAnswer, AuditRefused, AuditRequest
 from composer_prime.contract.inference import Completion, Scores
 from composer_prime.orchestrator.pool import HttpNode, NodeFailed, NodePool
+from composer_prime.utils.progress import StillWaiting
 
 
 class RefusedRequest(ValueError):
@@ -193,10 +194,12 @@ class InferenceClient:
         """Block until every server serves at least `minimum`; returns the oldest served version, or
         None as soon as `interrupt()` is true (the version may never come: e.g. the trainer restarted)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
+        waiting = StillWaiting(f"weights v{minimum} from the trainer")
         while True:
             oldest = min(await self.versions())
             if oldest >= minimum:
                 return oldest
+            waiting.tick(f"inference serves v{oldest}")
             if interrupt():
                 return None
             if asyncio.get_running_loop().time() > deadline:

@@ -48,6 +48,7 @@ from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.transports.batches.zmq import BatchSender, CurveKeys
 from composer_prime.utils import watchdog
 from composer_prime.utils.metrics import MetricsLog
+from composer_prime.utils.progress import StillWaiting
 from composer_prime.utils.proc import long_lived
 from composer_prime.utils.report import volunteers_line
 from composer_prime.utils.run_dir import save_orchestrator
@@ -282,7 +283,9 @@ class Orchestrator:
         sender = BatchSender(cfg.transport.address, self.keys)
         log.info(f"waiting for the trainer at {cfg.transport.address}")
         with watchdog.waiting("trainer", "its start"):
+            waiting = StillWaiting(f"the trainer at {cfg.transport.address}")
             while self.restarted(sender) is None:
+                waiting.tick()
                 await asyncio.sleep(0.2)
         watchdog.ready()  # inference answers and the trainer waits: the first batch is next
         step = start = self.restart

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from typing import Callable, Protocol
 
 import torch.distributed as dist
@@ -19,6 +18,7 @@ from composer_prime.contract.batches import Batch, Sample, SchemaError
 from composer_prime.trainer.loss import Objective
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.utils import watchdog
+from composer_prime.utils.progress import StillWaiting
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class ZmqSource:
         box: list = [None]
         if self.receiver is not None:
             watchdog.ready()  # loaded and waiting: the first batch is next (said once)
-            waited, said = time.time(), time.time()
+            waiting = StillWaiting(f"batch {step}")
             with watchdog.waiting("orchestrator", f"batch {step}"):  # the watchdog's status, asked on a stall
                 while box[0] is None:
                     self.receiver.announce(step)
@@ -53,12 +53,11 @@ class ZmqSource:
                     except SchemaError as e:
                         log.warning(f"rejected a message: {e}")
                         continue
-                    if batch is None and time.time() - said > 30:
-                        log.info(f"waiting for batch {step} ({time.time() - waited:.0f}s)")
-                        said = time.time()
-                    elif batch is not None and batch.step != step:
+                    if batch is None:
+                        waiting.tick()
+                    elif batch.step != step:
                         log.info(f"dropped batch {batch.step}: expecting {step}")
-                    elif batch is not None:
+                    else:
                         box[0] = batch
         dist.broadcast_object_list(box, src=0)
         return box[0]

@@ -186,3 +186,21 @@ def track(items: Iterable[T], label: str, unit: str = "items", total: int | None
         for item in items:
             yield item
             progress.advance()
+
+
+class StillWaiting:
+    """A wait with no count to show says every `every_s` seconds that it goes on, and since when:
+    `waiting for weights v4 (30s; inference serves v3)`. Under `rl` the watchdog names a stall; a
+    process started alone (docs/running.md "several machines") has only these lines, so no wait of
+    its is silent for longer than `every_s`. A wait that ends sooner says nothing."""
+
+    def __init__(self, what: str, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.every_s, self.clock = what, every_s, clock
+        self.start = self.said = clock()
+
+    def tick(self, note: str = "") -> None:
+        """Call on every pass of the wait's loop."""
+        now = self.clock()
+        if now - self.said >= self.every_s:
+            log.info(f"waiting for {self.what} ({now - self.start:.0f}s{'; ' + note if note else ''})")
+            self.said = now

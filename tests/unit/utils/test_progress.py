@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from composer_prime.utils.progress import Progress, duration, eta_seconds, rate, render, track
+from composer_prime.utils.progress import Progress, StillWaiting, duration, eta_seconds, rate, render, track
 
 
 class Clock:
@@ -138,3 +138,20 @@ def test_zero_and_unknown_totals(logged):
     assert counts(logged()[1:]) == [(1, None), (2, None), (3, None), (3, None)]  # every one, then the last
     assert logged()[2] == "scan: 2 files | 20.0 files/min | 6 s elapsed"  # no total: no time left
     assert logged()[-1] == "scan: 3 files | 20.0 files/min | done in 9 s"
+
+
+def test_still_waiting_says_so_every_period_with_the_time_since_it_began(caplog):
+    """A wait says nothing for its first period, then a line per period (not per call), with the seconds since
+    it began and the caller's note; a process started alone is never silent longer than that."""
+    now = [100.0]
+    caplog.set_level(logging.INFO, logger="composer_prime.utils.progress")
+    waiting = StillWaiting("weights v4 from the trainer", every_s=30, clock=lambda: now[0])
+    said = []
+    for t in (110, 129.9, 130, 131, 159, 160.5, 200):
+        now[0] = t
+        caplog.clear()
+        waiting.tick("inference serves v3")
+        said += [r.getMessage() for r in caplog.records]
+    assert said == ["waiting for weights v4 from the trainer (30s; inference serves v3)",
+                    "waiting for weights v4 from the trainer (60s; inference serves v3)",
+                    "waiting for weights v4 from the trainer (100s; inference serves v3)"]
