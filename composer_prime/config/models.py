@@ -172,9 +172,10 @@ class EnvConfig(Strict):
                                                "max_concurrent_envs); more episodes wait for one")
     step_timeout_s: float = Field(60.0, gt=0, description="openenv: a reset or step unanswered this long drops "
                                                           "the rollout")
-    call_timeout_s: float = Field(300.0, gt=0, description="verifiers: a scoring call (the task's rewards and "
-                                                           "metrics) unreturned this long is cut and its rollout "
-                                                           "dropped (dropped/timeout)")
+    call_timeout_s: float = Field(300.0, gt=0, description="verifiers: a call into the environment (scoring: "
+                                                           "the task's rewards and metrics; a tool call, opening "
+                                                           "or closing its tool session) unreturned this long is cut "
+                                                           "and its rollout dropped (dropped/timeout)")
     args: dict = Field(default_factory=dict, description="taskset config for training tasks (openenv: reset "
                                                          "arguments, and num_tasks: the seeds drawn)")
     eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200},

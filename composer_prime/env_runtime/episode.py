@@ -14,12 +14,14 @@ session in-process and is scored by its own rewards; a task of another kind (an 
 env_runtime/openenv.py) brings its own `open_episode`, whose session talks to the server and
 whose score is the server's reward. A fault of the environment's machinery (not of the model's
 turns) is an `EpisodeFault`: the caller drops the rollout and counts it by its reason. A verifiers
-Task's scoring runs in its environment's `CallBox` when the caller gives one (env_runtime/calls.py):
-a reward that never returns is cut at the box's timeout, a fault of reason "timeout".
+Task's own code runs in its environment's `CallBox` when the caller gives one (env_runtime/calls.py):
+opening its tool session, each tool call in it, its scoring and the session's close. A reward or a
+tool that never returns is cut at the box's timeout, a fault of reason "timeout" naming the place.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
@@ -66,6 +68,16 @@ class Opened:
     tools: list[dict]  # the session's tool schemas (OpenAI function format)
     score: Callable[[str], Awaitable[tuple[float, dict[str, float]]]]  # final reply -> (reward, metrics)
     render_tools: bool = False  # the chat template renders `tools` into the prompt (the task's prompt does not describe them)
+    box: CallBox | None = None  # where the session's calls run (a verifiers Task's), under its timeout
+    what: str = ""  # which task, for a timed-out call's message
+
+    async def call(self, name: str, arguments: dict | None) -> dict:
+        """One tool call in the session (in the box, when there is one: EpisodeFault "timeout" past its time)."""
+        return await _boxed(self.box, lambda: self.session.call(name, arguments), self.what, f"tool {name}")
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await _boxed(self.box, self.session.close, self.what, "session's close")
 
 
 @dataclass
@@ -82,9 +94,20 @@ class Episode:
         return self.turns[-1].text if self.turns else ""
 
 
-async def converse(source: TurnSource, session: Any, max_turns: int) -> list[Turn]:
+async def _boxed(box: CallBox | None, make: Callable[[], Awaitable[Any]], what: str, fn: str) -> Any:
+    """`await make()`, in `box` when given: its timeout is an EpisodeFault of reason "timeout" naming `fn`."""
+    if box is None:
+        return await make()
+    try:
+        return await box.call(make, what, f"{box.name}'s {fn}")
+    except CallTimeout as e:
+        raise EpisodeFault("timeout", str(e)) from None
+
+
+async def converse(source: TurnSource, opened: Opened, max_turns: int) -> list[Turn]:
     """The conversation loop. Without a session (a single-turn task) this is one sampled turn."""
     turns: list[Turn] = []
+    session = opened.session
     for k in range(max_turns if session is not None else 1):
         turn = await source.sample(k)
         if turn is None:
@@ -98,7 +121,7 @@ async def converse(source: TurnSource, session: Any, max_turns: int) -> list[Tur
         if turn.call.error:
             turn.result = {"content": turn.call.error, "is_error": True, "done": False}
         else:
-            turn.result = await session.call(turn.call.name, turn.call.arguments)
+            turn.result = await opened.call(turn.call.name, turn.call.arguments)
         if turn.result.get("done") or k == max_turns - 1:
             break
         source.add_tool_reply(turn, tool_message(turn.result))
@@ -115,17 +138,13 @@ async def open_episode(task: Any, box: CallBox | None = None) -> Opened:
     Task's tool session, prompt and rewards (scored in `box`, when given, under its timeout)."""
     if (own := getattr(task, "open_episode", None)) is not None:
         return await own()
-    session = await open_session(task)
+    what = f"task {task.data.id}"
+    session = await _boxed(box, lambda: open_session(task), what, "open_session")
 
     async def score_reply(reply: str) -> tuple[float, dict[str, float]]:
-        if box is None:
-            return await score(task, reply, session)
-        try:
-            return await box.call(lambda: score(task, reply, session), f"task {task.data.id}", f"{box.name}'s reward function")
-        except CallTimeout as e:
-            raise EpisodeFault("timeout", str(e)) from None
+        return await _boxed(box, lambda: score(task, reply, session), what, "reward function")
 
-    return Opened(session, messages(task), list(getattr(session, "tools", None) or []), score_reply)
+    return Opened(session, messages(task), list(getattr(session, "tools", None) or []), score_reply, box=box, what=what)
 
 
 async def run_episode(task: Any, source: TurnSource, max_turns: int, opened: Opened | None = None,
@@ -135,11 +154,13 @@ async def run_episode(task: Any, source: TurnSource, max_turns: int, opened: Ope
     opened = opened if opened is not None else await open_episode(task, box)
     session, tools = opened.session, opened.tools
     try:
-        turns = await converse(source, session, max_turns)
+        turns = await converse(source, opened, max_turns)
         reward, metrics = await opened.score(turns[-1].text if turns else "")
-    finally:
-        if session is not None:
-            await session.close()
+    except BaseException:
+        with suppress(EpisodeFault):  # a close that hangs too: the first fault is the one to tell
+            await opened.close()
+        raise
+    await opened.close()
     sites: list[ErrorSite] = []
     if session is not None:
         sites = detect(turns, tools, getattr(task, "error_rules", None))

@@ -6,7 +6,7 @@ turn is generated: sampled as token ids through the inference server's token rou
 to one token sequence with a mask of what the model sampled, so the trainer learns from model
 tokens only, at their sampling log-probs. A tool's reply is appended as the chat template renders
 it, never re-tokenising what came before. A rollout whose environment failed it (EpisodeFault: a
-reward past its environment's call_timeout_s too, env_runtime/calls.py) comes back marked `dropped`
+reward or tool call past its environment's call_timeout_s too, env_runtime/calls.py) comes back marked `dropped`
 with the reason, to be counted and left out. Waiting on inference is this process's watchdog status
 (utils/watchdog.py), and each finished rollout counts as progress within a step.
 """
@@ -14,6 +14,7 @@ with the reason, to be counted and left out. Waiting on inference is this proces
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -130,8 +131,8 @@ async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: st
         r.opening = list(opened.opening)
         r.prompt_ids = prompt_ids(tok, opened.opening, tools=opened.tools if opened.render_tools else None)
     except BaseException:
-        if opened.session is not None:
-            await opened.session.close()
+        with contextlib.suppress(EpisodeFault):  # its close hung too: the error above is the one to tell
+            await opened.close()
         raise
     try:
         ep = await run_episode(task, TokenTurns(r, client, tok, sampling, seq_len, seed, sem), max_turns, opened)
@@ -152,14 +153,15 @@ async def group(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str,
 
 def stop_if_every_call_timed_out(when: str, rollouts: list[Rollout], boxed: set[str]) -> None:
     """One line (EnvError: the orchestrator exits 2) where every rollout of an environment among `rollouts`
-    of `when` (a step, a held-out evaluation) was dropped for a scoring call past its call_timeout_s
-    (`boxed`: environments scored in a CallBox): a reward that never returns leaves nothing to train
-    on, and waiting step after step would only hide it."""
+    of `when` (a step, a held-out evaluation) was dropped for a call past its call_timeout_s (`boxed`:
+    environments whose code runs in a CallBox: rewards, tool sessions): a reward or a tool that never
+    returns leaves nothing to train on, and waiting step after step would only hide it."""
     for env in sorted({r.env for r in rollouts} & boxed):
         mine = [r for r in rollouts if r.env == env]
         if all(r.dropped == "timeout" for r in mine):
+            slow = "a reward" if "reward function did not return" in mine[0].dropped_detail else "a tool"
             raise EnvError(f"every rollout of {env} in {when} timed out ({len(mine)} of {len(mine)}): "
-                           f"{mine[0].dropped_detail} (a reward that is only slow needs a larger call_timeout_s)")
+                           f"{mine[0].dropped_detail} ({slow} that is only slow needs a larger call_timeout_s)")
 
 
 def dropped_note(dropped: dict[str, list[Rollout]]) -> str:
