@@ -43,10 +43,18 @@ def importable(target: Path | None = None) -> bool:
     return subprocess.run([sys.executable, "-c", "import toploc.C.csrc.poly"], capture_output=True, env=env).returncode == 0
 
 
+def pip_command(*args: str) -> list[str]:
+    """`uv pip` with these arguments (uv's spelling), or pip's where there is no uv (a GPU node: `--reinstall` is
+    pip's `--force-reinstall`)."""
+    uv = shutil.which("uv")
+    if uv:
+        return [uv, "pip", *args[:1], "--python", sys.executable, *args[1:]]
+    return [sys.executable, "-m", "pip", *("--force-reinstall" if a == "--reinstall" else a for a in args)]
+
+
 def _pip(*args: str, still: str = "") -> None:
     """`uv pip` (or pip) with these arguments; with `still`, a line every 30 s while it runs (a build's minutes)."""
-    uv = shutil.which("uv")
-    cmd = [uv, "pip", *args[:1], "--python", sys.executable, *args[1:]] if uv else [sys.executable, "-m", "pip", *args]
+    cmd = pip_command(*args)
     proc = subprocess.Popen(cmd, env={**os.environ, "MAX_JOBS": str(os.cpu_count() or 1)})
     start = time.monotonic()
     while True:

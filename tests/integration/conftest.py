@@ -8,7 +8,7 @@ import httpx
 
 from tests.conftest import free_port, start_until_ready
 from tests.support.shared_runs import (relay_run, tool_calc_distill_run,  # noqa: F401 - read by several files
-                                      tool_calc_warm_start)
+                                      tool_calc_warm_start, wheelhouse)
 
 ENV_SERVE = [sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "serve"]
 

@@ -1,7 +1,20 @@
-"""benchmarks/gpu_check.py's CPU variant end to end (tests/support/bench_runs.py), every step in its box; the
-quickstart and the volunteers' calibration read from its steps' results (they are those benchmarks' runs at
-their smallest: GPU_CHECK_RUNS); the boxes on stand-in steps; every benchmark run by some test_bench_*.py;
-a result's commit stamp without git."""
+"""benchmarks/gpu_check.py's CPU variant end to end (tests/support/bench_runs.py), every step in its box, on a GPU node
+without a package index stood in for (issue 46): a fresh CPython 3.12 environment with torch of its own, the
+session's wheelhouse (docs/install.md's `composer-prime wheelhouse` command, shared with test_wheelhouse.py)
+installed into it by docs/install.md's node lines as written (pip --no-index, pip check, `composer-prime toploc
+install --wheels wheelhouse`; tests/support/node_env.py), and the check run there from the checkout, as
+benchmarks/README.md has a node run it. That environment has pytest but not pytest-xdist, which the suite's
+addopts name: there the check's gpu_tier and gpu_compiled steps once failed in a second. The quickstart and the
+volunteers' calibration read from its steps' results (they are those benchmarks' runs at their smallest:
+GPU_CHECK_RUNS); the boxes on stand-in steps; every benchmark run by some test_bench_*.py; a result's commit
+stamp without git.
+
+The honest minimum is several minutes, on the 2-core machine (2026-11-28; no test asserts a time): by hand at load
+5 to 9, the wheelhouse 14 s (shared), the node's Python and torch 31 s (uv's cache; the first time about 530 MB of
+torch from PyPI), the documented pip install 60 s, pip check 2 s, the check 2 min 49 s; in this file at load 12 to
+20, the node 5 min 49 s (venv and torch 24 s, pip install 226 s, pip check 7 s, toploc install 93 s: the wheel built
+once, its import check and the environment's bytecode) and the check 5 min 41 s. The first run on a machine also
+builds TOPLOC's wheel from the wheelhouse's sdist: 4 minutes quiet, 10 loaded."""
 
 import json
 import re
@@ -13,6 +26,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support.bench_runs import BENCHMARKS, GPU_CHECK_RUNS, SMALLEST, run
+from tests.support.node_env import NODE_LINES, Node, install_node, lock_torch
 
 
 def test_every_benchmark_is_run_here():
@@ -29,12 +43,34 @@ def test_every_benchmark_is_run_here():
 
 
 @pytest.fixture(scope="module")
-def gpu_check(tmp_path_factory) -> tuple[dict, Path]:
-    """The CPU variant, its pytest steps with pytest-xdist blocked, as on a node installed from the wheelhouse,
-    which has pytest but not xdist (there gpu_tier failed in a second on the suite's addopts: issue 46); its
-    JSON and its results directory."""
+def node(wheelhouse, tmp_path_factory) -> Node:
+    """The stand-in node, the session's wheelhouse installed into it as docs/install.md writes it."""
+    return install_node(wheelhouse, tmp_path_factory.mktemp("node"))
+
+
+@pytest.fixture(scope="module")
+def gpu_check(node, tmp_path_factory) -> tuple[dict, Path]:
+    """The CPU variant run on the node with its Python, from the checkout; its JSON and its results directory."""
     tmp = tmp_path_factory.mktemp("gpu-check")
-    return run("gpu_check", tmp, PYTEST_ADDOPTS="-p no:xdist"), tmp / "not-yet" / "results"
+    return run("gpu_check", tmp, python=node.python, environ=node.env), tmp / "not-yet" / "results"
+
+
+def test_the_node_installed_as_documented(node):
+    """The documented lines did it all with no package index: pip resolved the project and its extra from the
+    wheelhouse, pip check found nothing broken, toploc imports against the node's torch; the node's Python is
+    3.12 with its own torch, pytest is there and pytest-xdist is not (what the check's pytest steps must live with)."""
+    print({k: round(v, 1) for k, v in node.seconds.items()})  # the stages' times, for the docstring (pytest -s -n 0)
+    install, check, toploc = NODE_LINES[:3]
+    [installed] = [line for line in node.said[install] if line.startswith("Successfully installed ")]
+    assert "composer-prime-0.1.0" in installed.split() and {"gguf", "pytest"} <= {w.rsplit("-", 1)[0] for w in installed.split()}
+    assert not [w for w in installed.split() if w.startswith(("torch-", "nvidia-"))]  # the node's own kept
+    assert node.said[check] == ["No broken requirements found."]
+    assert any(re.fullmatch(r"toploc installed from wheelhouse/toploc-0\.1\.6-cp312-cp312-\S+\.whl", line)
+               for line in node.said[toploc]), node.said[toploc]
+    probe = ("import importlib.util as u, sys, torch, toploc.C.csrc.poly; "
+             "print(sys.version_info[:2], torch.__version__.split('+')[0], bool(u.find_spec('pytest')), bool(u.find_spec('xdist')))")
+    said = subprocess.run([node.python, "-c", probe], capture_output=True, text=True, env=node.env, cwd=node.root)
+    assert said.stdout.split("\n")[0] == f"(3, 12) {lock_torch()} True False", said.stderr[-2000:]
 
 
 def own(gpu_check: tuple[dict, Path], name: str) -> dict:
@@ -58,6 +94,7 @@ def test_gpu_check(gpu_check):
     assert steps["diloco_fp8"]["results"] == {"tests": 2, "failures": 0, "errors": 0, "skipped": 2}
     assert steps["smollm2"]["results"]["steps"] == 1  # the step's machinery on the quickstart's config
     assert {"summary", "bound"} <= set(own(gpu_check, "real_model")["decode"]["cpu"])
+    assert own(gpu_check, "quickstart")["python"].startswith("3.12.")  # the node's Python ran the steps
 
 
 def test_quickstart(gpu_check):

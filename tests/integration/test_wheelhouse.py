@@ -6,16 +6,15 @@ need not exist here), for CPython 3.12 on manylinux_2_28_x86_64, leaving torch o
 its own does. Then every third-party module imported anywhere in the project's and the
 environments' wheels (read from the wheels themselves with `ast`, lazy and guarded imports too)
 must be in some wheel of the wheelhouse, or be one of the few that `NOT_IN_IT` names with the
-reason the node gets it otherwise. About 180 MB from PyPI: 12 to 19 s for the fixture on the
-2-core machine (2026-11-27). (It found `datasets` undeclared: it came only with trl, in the dev group.)
+reason the node gets it otherwise. About 180 MB from PyPI: 12 to 19 s on the 2-core machine
+(2026-11-27). (It found `datasets` undeclared: it came only with trl, in the dev group.) The wheelhouse
+is the session's shared `wheelhouse` (tests/support/shared_runs.py): test_bench_gpu_check.py installs the
+same one into a stand-in node and runs the GPU check's CPU variant there.
 """
 
 import ast
 import hashlib
 import re
-import shlex
-import shutil
-import subprocess
 import sys
 import tomllib
 import zipfile
@@ -27,8 +26,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from tests.conftest import ROOT
 from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 
-INSTALL = (ROOT / "docs" / "install.md").read_text()
-COMMAND = re.search(r"^uv run composer-prime wheelhouse .*$", INSTALL, re.M).group(0)
 # Imported by the project but deliberately not in this wheelhouse: what the node has, or what comes another way.
 NOT_IN_IT = {
     "torch": "--exclude torch: the node's own",
@@ -43,21 +40,6 @@ NOT_IN_IT = {
 REMOVED_IN_312 = {"distutils", "imp", "asynchat", "asyncore", "smtpd"}  # stdlib here (3.11), not on the node
 FIRST_PARTY = [ROOT, *(ROOT / s["path"] for s in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
                         ["sources"].values() if isinstance(s, dict) and "path" in s)]
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory) -> Path:
-    """docs/install.md's command, its --out pointed at a fresh directory."""
-    out = tmp_path_factory.mktemp("wheelhouse") / "wheelhouse"
-    argv = shlex.split(COMMAND)
-    argv[argv.index("--out") + 1] = str(out)
-    uv = shutil.which("uv") or pytest.fail("uv is not on PATH")
-    # --no-sync: the environment the suite runs in (a bare `uv run` would re-sync it)
-    r = subprocess.run([uv, "run", "--no-sync", "--project", str(ROOT), *argv[2:]], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == str(out)
-    return out
 
 
 def top_levels(wheel: Path) -> set[str]:

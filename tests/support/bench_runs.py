@@ -89,15 +89,17 @@ SCRATCH = {"broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion",
            "diloco", "volunteers", "gpu_check", "orchestrator_ceiling"}  # take --work
 
 
-def run(case: str, tmp_path: Path, **env: str) -> dict:
-    """Run one benchmark (a key of SMALLEST), `env` added to its environment; returns its results JSON."""
+def run(case: str, tmp_path: Path, python: Path | str = sys.executable, environ: dict | None = None, **env: str) -> dict:
+    """Run one benchmark (a key of SMALLEST) with `python` (another environment's: `environ`, its whole environment),
+    `env` added to its environment; returns its results JSON."""
     name = case.split(":")[0]
     work = tmp_path / "cwd"
     work.mkdir()
     results, scratch = tmp_path / "not-yet" / "results", tmp_path / "not-yet" / "outputs"
-    cmd = [sys.executable, str(BENCHMARKS / f"{name}.py"), *SMALLEST[case](), "--results", str(results)]
+    cmd = [str(python), str(BENCHMARKS / f"{name}.py"), *SMALLEST[case](), "--results", str(results)]
     cmd += ["--work", str(scratch)] if name in SCRATCH else []
-    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500,
+                       env={**(os.environ if environ is None else environ), "OMP_NUM_THREADS": "1", **env})
     assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
     return json.loads((results / f"{name}.json").read_text())
 

@@ -13,6 +13,8 @@ read the same run (`once`). A run that failed fails its every reader with the sa
 - `tool_calc_distill_run`: the README's GRPO + distill command (configs/tool-calc-distill.toml, the EMA teacher in
   the trainer) on that warm start, 3 steps of 16. Read by test_readme.py (the README's claims) and test_rl_distill.py
   (the distill loss in every step with hinted turns, the trainer's teacher; the inference teacher is its own run).
+- `wheelhouse`: docs/install.md's `composer-prime wheelhouse` command for a GPU node (download only, about 180 MB).
+  Read by test_wheelhouse.py (what is in it) and test_bench_gpu_check.py (installed into a stand-in node).
 """
 
 from __future__ import annotations
@@ -164,3 +166,11 @@ def tool_calc_distill_run(tmp_path_factory, tool_calc_warm_start: WarmStart) -> 
     # in the warm start's working directory, as the README's third command follows its first two
     return once("tool_calc_distill_run", tmp_path_factory,
                 lambda tmp: DistillRun(run_commands([DISTILL_RL], tool_calc_warm_start.work) / "outputs" / "tool-calc-distill"))
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    """docs/install.md's `composer-prime wheelhouse` command, its --out a fresh directory (tests/support/node_env.py)."""
+    from tests.support.node_env import build_wheelhouse
+
+    return once("wheelhouse", tmp_path_factory, build_wheelhouse)

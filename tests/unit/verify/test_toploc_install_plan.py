@@ -59,3 +59,14 @@ def test_already_importable_runs_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(inst, "importable", lambda target=None: True)
     monkeypatch.setattr(inst, "_pip", lambda *a, **k: pytest.fail("pip ran"))
     assert inst.install(tmp_path, tmp_path / "site") == f"toploc already importable in {tmp_path / 'site'}"
+
+
+def test_a_prebuilt_wheel_is_reinstalled_by_pip_where_there_is_no_uv(monkeypatch):
+    """On a node without uv the prebuilt wheel goes through pip, whose flag is --force-reinstall (pip refused uv's
+    --reinstall: `no such option`, and `toploc install --wheels wheelhouse` failed there; issue 46)."""
+    monkeypatch.setattr(inst.shutil, "which", lambda name: None)
+    assert inst.pip_command("install", "--no-deps", "--reinstall", "t.whl") == [
+        inst.sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", "t.whl"]
+    monkeypatch.setattr(inst.shutil, "which", lambda name: "/bin/uv")
+    assert inst.pip_command("install", "--no-deps", "--reinstall", "t.whl") == [
+        "/bin/uv", "pip", "install", "--python", inst.sys.executable, "--no-deps", "--reinstall", "t.whl"]
