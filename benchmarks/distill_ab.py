@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from composer_prime.utils.logs import setup  # noqa: E402
 # (openenv.py takes ROOT and warm_start from here; this script's folder is on sys.path)
-from support.ab import ROOT, add_ab_args, arms_x_seeds, check_ab_args, fields, plot, warm_start  # noqa: E402
+from support.ab import ROOT, add_ab_args, arms_x_seeds, check_ab_args, fields, plot, run, warm_start  # noqa: E402
 from support.cli import Parser, device_env  # noqa: E402
 
 DISTILL_ON = ["--orchestrator.distill.enabled", "true"]
@@ -117,7 +117,8 @@ def main() -> None:
     p.add_argument("--out-name", default="distill_ab", help="the result's name: <results>/<name>.json and .png")
     p.add_argument("--hint-weight", type=float, default=1.0, help="distill weight of the hint, placebo and oracle arms")
     p.add_argument("--gate", type=Path, help="a benchmarks/hint_lift.py result: the hint, placebo and oracle arms "
-                                             "distill only error kinds whose lift lies above 0 there")
+                                             "distill only error kinds whose lift lies above 0 there ('auto': "
+                                             "measure it on the warm start first, on --device)")
     p.add_argument("--distill-flags", default="", help="extra rl flags for the distill arms, e.g. '--trainer.loss.distill.clamp 1'")
     a = p.parse_args()
     arms = [BASELINE] + [x for x in a.arms.split(",") if x != BASELINE]
@@ -126,6 +127,11 @@ def main() -> None:
     check_ab_args(p, a, "distill_ab")
     setup("distill_ab", stderr=True)  # the progress lines; the tables go to stdout
     agent = warm_start(a.work, a.demos, a.sft_steps, base=a.model, lr=a.sft_lr, env=device_env(a.device))
+    if a.gate == Path("auto"):  # the warm start's own hint lift, measured before any arm runs
+        name = Path(a.model).name
+        run([sys.executable, str(ROOT / "benchmarks" / "hint_lift.py"), "--model", str(agent), "--name", name,
+             "--device", a.device, "--results", str(a.results)], a.work / "hint-lift.log", device_env(a.device))
+        a.gate = a.results / f"hint_lift_{name}.json"
     settings = {arm: arm_flags(arm, a) for arm in arms}
     results, records = arms_x_seeds(settings, agent, a, "distill_ab")
     summary = summarise(results)
