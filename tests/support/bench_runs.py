@@ -49,7 +49,10 @@ SMALLEST = {
     # agree with each other, and its sampled steps give pairs. The two arms at once (--parallel 2).
     "replay_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "60", "--demos", "16", "--teacher-steps", "1,2,3",
                           "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--parallel", "2", "--rl-flags",
-                          "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
+                          "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4 "
+                          # no share cap: the student's groups on its one step may all be flat (an empty rl batch, of
+                          # which any capped share is no pair); the cap is pinned in tests/unit/orchestrator/test_replay_step.py
+                          "--orchestrator.replay.max_share 1"],
     "feature_deletion": lambda: ["--sources", str(sources_file(FIXTURE)), "--max-tasks", "1", "--jobs", "1", "--skip-redteam"],
     # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
     "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
