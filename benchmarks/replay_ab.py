@@ -20,8 +20,9 @@ The whole trace-replay flow (docs/traces.md), on the tiny model:
 4. The A/B: `rl @ configs/tool-calc-distill.toml` with distill off in both arms (distill_ab's
    GRPO arm: two-digit operands, 32 rollouts in groups of 8, lr 3e-4, held-out 32 questions x 2
    samples every 5 steps); the dpo arm adds `@ configs/replay.toml` on that dataset (pairs at most
-   20% of the batch, weight 0.5 decayed to 0.02 over 20 steps, beta 0.1, the dataset's reference:
-   the least harmful setting of this benchmark's runs). Same seeds, steps,
+   20% of the batch, weight 0.5 decayed to 0.02 over 20 steps, beta 0.1, the loss on the first
+   token where the pair differs, the initial weights as reference: the setting chosen from this
+   benchmark's runs). Same seeds, steps,
    batch and held-out set. The lr and the gate's 0.5 nats are the first values tried. The
    committed results: benchmarks/README.md#replay_ab, docs/traces.md.
 Each served model is also scored on the held-out questions through the chat route, greedy (as it

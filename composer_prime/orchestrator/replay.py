@@ -3,11 +3,13 @@
     [orchestrator.replay]
     dataset = "outputs/replay/dataset"   # from `composer-prime traces dataset` (TRL's format)
     pairs_per_step = 8
-    weight = 1.0                         # the pair's weight on its response tokens (at step 0)
-    max_share = 1.0                      # at most this fraction of the batch's samples are pair rows
-    weight_end = 1.0                     # the weight decays to this over decay_steps (cosine or linear)
-    decay_steps = 0
-    divergence_tokens = 0                # > 0: the loss on that many tokens from where the pair's replies differ
+    max_share = 0.2                      # at most this fraction of the batch's samples are pair rows [1: no cap]
+    weight = 0.5                         # the pair's weight on its response tokens at step 0 [1.0]
+    weight_end = 0.02                    # decayed to this over decay_steps, cosine or linear [unset: no decay]
+    decay_steps = 20
+    divergence_tokens = 1                # > 0: the loss on that many tokens from where the pair's replies differ [0]
+
+(configs/replay.toml's values, which benchmarks/replay_ab.py chose; the defaults in brackets.)
 
 Each step draws pairs (a fresh shuffle of the dataset per pass, seeded by the run's seed, so every
 pair comes round before any repeats) and adds each as two samples, chosen and rejected, for the
