@@ -64,7 +64,8 @@ def test_config(tmp_path):
 
 def test_tool_calc_distill(tool_calc_distill_run: DistillRun):
     """README: the demonstrations and the warm start (the session's, as the README types them), then GRPO +
-    distill from it with the EMA teacher (the session's run, as the README types it): the rl command reads the warm
+    distill from it with the EMA teacher (the session's run, as the README types it, the collapse guards turned off after
+it: shared_runs.NO_GUARDS says why): the rl command reads the warm
     start's directory, trains both channels and evaluates the tool. (That the distill loss is non-zero wherever there
     are hinted turns, with either teacher, is test_rl_distill.py's, on the same runs; no learning is claimed of 3 steps.)"""
     run = tool_calc_distill_run.run
