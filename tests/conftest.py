@@ -61,11 +61,12 @@ def pytest_runtest_protocol(item, nextitem):
 # handed to the workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so
 # a long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
 # test_bench_gpu_check.py first: its stand-in GPU node (install, then the GPU check) is several minutes in one fixture.
-LONGEST_FIRST = ("test_bench_gpu_check.py", "test_bench_ab.py", "test_bench_systems.py", "test_readme.py", "test_rl_diloco.py",
-                 "test_rl_smollm2.py", "test_rl_volunteers.py", "test_readme_rl.py", "test_bench_real_model.py",
-                 "test_rl_shardcast.py", "test_readme_feature_deletion.py", "test_volunteers.py", "test_separate_machines.py",
-                 "test_rl_openenv.py", "test_redteam.py", "test_layouts.py", "test_bench_volunteers.py", "test_bench_runs.py",
-                 "test_generate.py", "test_model_gguf.py")
+LONGEST_FIRST = ("test_bench_gpu_check.py", "test_bench_ab.py", "test_bench_systems.py", "test_readme.py",
+                 "test_rl_diloco.py", "test_slurm.py", "test_rl_smollm2.py", "test_rl_volunteers.py",
+                 "test_readme_rl.py", "test_bench_real_model.py", "test_rl_shardcast.py",
+                 "test_readme_feature_deletion.py", "test_volunteers.py", "test_separate_machines.py",
+                 "test_rl_openenv.py", "test_redteam.py", "test_layouts.py", "test_bench_volunteers.py",
+                 "test_bench_runs.py", "test_generate.py", "test_model_gguf.py")
 
 
 def first_by_length(items: list) -> None:
