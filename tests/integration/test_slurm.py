@@ -118,6 +118,13 @@ def test_islands_sbatch_runs_two_islands_and_the_lighthouse_as_one_job_committin
     env, d = slurm
     out = tmp_path / "run"
     env = {**job_env(env, out), "LIGHTHOUSE_PORT": str(free_port())}
+    # a lighthouse slow to listen (a container pulled, a loaded node): the islands must wait for it, not refuse it
+    # (CI's host once started an island before the lighthouse bound its port: "nothing answers at n1:...")
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "lighthouse").write_text(f"#!/bin/bash\nsleep 4\nexec {Path(sys.executable).parent / 'lighthouse'} \"$@\"\n")
+    (slow / "lighthouse").chmod(0o755)
+    env["PATH"] = f"{slow}:{env['PATH']}"
     log = tmp_path / "job.out"
     # H = 4 and 2 fragments: a sync every 2 steps, each fragment's once in 4
     job = submit(env, log, "--nodes=2", "infra/slurm/islands.sbatch", "configs/quickstart.toml", "--max_steps", "4",
