@@ -3,13 +3,15 @@ without its hint through the run's inference client, and the gate's configuratio
 
 The draws go through the same token route as rollouts (`InferenceClient.generate`), K seeds per
 site shared by both contexts; each draw is checked by the environment's turn check
-(hint_lift.turn_valid) against a fresh tool session of the rollout's task. A stateful environment's
+(hint_lift.turn_valid) against a fresh tool session of the rollout's task, in the rollout's CallBox (a
+tool that never returns makes the draw invalid after call_timeout_s, as it drops a rollout). A stateful environment's
 tool error at a later turn is therefore checked without the earlier turns' effects (tool-calc's
 tool is stateless). What comes back is hint_lift.SiteDraws, added to the step's LiftTracker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,7 +56,7 @@ class LiftSampler:
 
     async def draw(self, r: Rollout, site: ErrorSite, plain_ids: list[int], hint_ids: list[int], seed: int) -> SiteDraws:
         from composer_prime.config.sampling import SamplingParams
-        from composer_prime.env_runtime.episode import open_session
+        from composer_prime.env_runtime.episode import EpisodeFault, open_episode
 
         params = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature).or_eos(self.tok.eos_token_id)
 
@@ -63,12 +65,19 @@ class LiftSampler:
             return self.tok.decode(c.token_ids, skip_special_tokens=True), c.finish_reason
 
         async def check(text: str, finish: str) -> bool:
-            session = await open_session(r.task)
+            """A draw whose session fails or times out (in the rollout's CallBox, as the rollout's own calls) is not valid."""
             try:
+                opened = await open_episode(r.task, r.box)
+            except EpisodeFault:
+                return False
+            try:
+                session = opened if opened.session is not None else None  # Opened.call: in the box, under its timeout
                 return await turn_valid(text, finish, r.tools, session, getattr(r.task, "error_rules", None))
+            except EpisodeFault:
+                return False
             finally:
-                if session is not None:
-                    await session.close()
+                with contextlib.suppress(EpisodeFault):
+                    await opened.close()
 
         seeds = range(seed * self.k, seed * self.k + self.k)
         return await draw_site(r.env, site.kind, plain_ids, hint_ids, draw, check, seeds)

@@ -54,6 +54,7 @@ class Rollout:
     sites: list[ErrorSite] = field(default_factory=list)  # turns that went wrong, and why
     dropped: str | None = None  # why the environment failed the episode (episode.FAULTS); never trained on
     dropped_detail: str = ""  # the fault's message
+    box: CallBox | None = None  # where its environment's code runs (a later tool session, the lift draws', runs there too)
 
     @property
     def model_tokens(self) -> int:
@@ -121,7 +122,7 @@ class TokenTurns:
 async def rollout(client: InferenceClient, tok: PreTrainedTokenizerBase, env: str, task: vf.Task,
                   sampling: SamplingParams, seq_len: int, max_turns: int, seed: int, sem: asyncio.Semaphore,
                   box: CallBox | None = None) -> Rollout:
-    r = Rollout(env, task, [])
+    r = Rollout(env, task, [], box=box)
     try:
         opened = await open_episode(task, box)
     except EpisodeFault as e:

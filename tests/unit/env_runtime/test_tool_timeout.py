@@ -57,3 +57,37 @@ def test_a_tool_call_that_blocks_is_cut_dropped_and_named(tiny_model_dir, tmp_pa
     with pytest.raises(EnvError, match=r"every rollout of tool-calc in step 0 timed out \(1 of 1\): tool-calc's tool "
                                        r"calc did not return .* \(a tool that is only slow needs a larger call_timeout_s\)"):
         stop_if_every_call_timed_out("step 0", [r], {"tool-calc"})
+
+
+def test_a_lift_draw_whose_tool_blocks_is_invalid_and_not_waited_for(tiny_model_dir, tmp_path, monkeypatch):
+    """The distill step's hint-lift draws (orchestrator/lift_sampling.py, `lift_samples`) check each drawn turn in
+    a fresh tool session of the rollout's task: in the rollout's CallBox, so a blocked tool makes that draw invalid
+    after call_timeout_s. Before, the session was opened and called on the orchestrator's loop: each check waited
+    out BLOCK_S and, the tool then answering, came back valid."""
+    import tool_calc.taskset as taskset
+
+    from composer_prime.env_runtime.error_sites import ErrorSite
+    from composer_prime.orchestrator.lift_sampling import LiftSampler
+    from composer_prime.orchestrator.rollouts import Rollout
+
+    release = threading.Event()
+    real_answer = taskset.answer
+
+    def answer(name: str, arguments: dict) -> dict:
+        deadline = time.monotonic() + BLOCK_S
+        while not release.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return real_answer(name, arguments)
+
+    monkeypatch.setattr(taskset, "answer", answer)
+    env = load_env(EnvConfig(id="tool-calc", args={"num_tasks": 1}, call_timeout_s=TIMEOUT_S), 0, tmp_path)
+    task, tok = env.train[0], AutoTokenizer.from_pretrained(tiny_model_dir)
+    tools = asyncio.run(task.open_session()).tools
+    r = Rollout("tool-calc", task, [1], tools=tools, box=env.box)
+    policy = ScriptedPolicy(tok, [RIGHT] * 4)  # 2 seeds x (hint, plain): every draw a well-formed call of calc
+    try:
+        draws = asyncio.run(LiftSampler(policy, tok, k=2, max_tokens=128).draw(r, ErrorSite(0, "unknown_tool", ""), [1], [2], 0))
+    finally:
+        release.set()
+    assert (draws.hint, draws.plain) == ([False, False], [False, False])  # each call cut, so no draw counts as valid
+    assert env.box.timeouts == 4
