@@ -146,7 +146,9 @@ def run_step(step: dict, out: Path, box: float) -> dict:
         return record | {"status": "skipped", "why": f"{step['needs']} is not installed", "seconds": 0.0}
     start = time.monotonic()
     with open(out / f"{step['name']}.log", "w") as log:
-        proc = subprocess.Popen(step["cmd"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # without the caller's PYTEST_ADDOPTS too (a suite run's `-n 3` or `--junitxml` would reach the GPU tier's pytest)
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+        proc = subprocess.Popen(step["cmd"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             rc = proc.wait(timeout=box)
             status = "ok" if rc == 0 else "failed"

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from composer_prime.config.base import CommaList, FieldError, Pinned, Port, Sections, Shared, Strict
 from composer_prime.config.diloco import DiLoCoConfig
+from composer_prime.config.nodes import NodesConfig
 from composer_prime.config.sampling import RolloutSampling
 from composer_prime.config.volunteers import VolunteersConfig
 
@@ -328,9 +329,10 @@ class CheckpointConfig(Strict):
 class TrainerConfig(Shared, Pinned):
     """`uv run trainer`: FSDP2 training under torchrun; receives batches, publishes weights."""
 
-    nproc: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (torchrun --nproc-per-node)")
+    nproc: int = Field(1, ge=1, description="data-parallel FSDP2 ranks on each node (torchrun --nproc-per-node)")
+    nodes: NodesConfig = Field(default_factory=NodesConfig, description="the machines this trainer spans (config/nodes.py)")
     dp_replicate: int = Field(1, ge=1, description="of the ranks, replica groups each holding one full sharded copy "
-                                                   "(HSDP; trainer/parallel.py); must divide nproc")
+                                                   "(HSDP; trainer/parallel.py); must divide nproc * nodes.count")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on GPU, gloo on CPU")
     micro_batch_tokens: int = Field(4096, ge=1, description="tokens per micro-batch (padded), the unit of one "
                                                             "forward/backward")
@@ -356,9 +358,13 @@ class TrainerConfig(Shared, Pinned):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
-        if self.nproc % self.dp_replicate:
-            raise FieldError("dp_replicate", f"{self.dp_replicate} does not divide nproc = {self.nproc}")
+        if self.world_size() % self.dp_replicate:
+            raise FieldError("dp_replicate", f"{self.dp_replicate} does not divide the {self.world_size()} ranks "
+                                             f"(nproc {self.nproc} x nodes.count {self.nodes.count})")
         return self
+
+    def world_size(self) -> int:
+        return self.nproc * self.nodes.count
 
     def signing_key(self) -> Path:
         """The SHARDCAST signing key: as configured, else in the keys directory, else <output_dir>/keys."""
@@ -367,8 +373,12 @@ class TrainerConfig(Shared, Pinned):
         return self.weight_broadcast.key_path or Path(self.auth.keys_dir or Path(self.output_dir) / "keys") / SIGNING_KEY
 
     def binds(self) -> list[tuple[str, str, int]]:
-        """(key, host, port) for every port this process listens on."""
+        """(key, host, port) for every port this process listens on: node 0's (the others only connect)."""
+        if self.nodes.rank > 0:
+            return []
         out = [("transport.address", *self.transport.endpoint())]
+        if self.nodes.count > 1:
+            out.append(("nodes.master", *self.nodes.address()))
         if self.weight_broadcast.type == "shardcast":
             out.append(("weight_broadcast.port", self.weight_broadcast.host, self.weight_broadcast.port))
         return out

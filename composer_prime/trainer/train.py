@@ -187,6 +187,32 @@ def train_step(cfg: TrainerConfig, model, optim, batch: Batch, objective: Object
     return out | clock | {"lr": lr}
 
 
+def resume_point(cfg: TrainerConfig) -> tuple[int, Path | None, str]:
+    """(first step, checkpoint to load or None, run id), as rank 0 finds them in output_dir and every rank
+    agrees. A rank that cannot see that checkpoint (nodes that do not share output_dir) stops every rank
+    in one line, rather than leaving the others waiting in a collective for it."""
+    decided: list = [None]
+    if dist.get_rank() == 0:
+        run = Path(cfg.output_dir)
+        start, path, run_id, error = 0, None, cfg.run_id, None
+        if cfg.resume and (found := checkpoint.resumable(run / "checkpoints", cfg.run_id)):
+            start, path, run_id = found
+        elif not cfg.resume and (other := checkpoint.latest(run / "checkpoints")):  # rl refuses this before any start
+            error = (f"{run} holds the checkpoints of another run (newest {other[1].name}): resume it, or start in "
+                     "another output_dir")
+        decided = [(start, str(path) if path else None, run_id or new_id(), error)]
+    dist.broadcast_object_list(decided, src=0)
+    start, path, run_id, error = decided[0]
+    if error:
+        raise SystemExit(error)
+    seen = torch.tensor([float(path is None or Path(path).is_dir())], device=device_type())
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    if not seen.item():
+        raise SystemExit(f"trainer.nodes: {path} is missing on some nodes: every node's output_dir must be the same "
+                         "shared directory")
+    return start, Path(path) if path else None, run_id
+
+
 def run(cfg: TrainerConfig) -> None:
     """One rank of `rl`'s trainer: join the process group, resume if asked, train on the orchestrator's
     batches to `max_steps`, checkpointing and publishing every new policy."""
@@ -198,13 +224,7 @@ def run(cfg: TrainerConfig) -> None:
     sync = outer_sync.build(cfg, t)  # what wraps the loop between trainers elsewhere: nothing by default
     saved = objective.modules() | sync.state()  # checkpointed beside the model and optimizer
     # The run id each checkpoint and weight step names (utils/run_dir.py): rl's, else the resumed checkpoint's
-    start, path, run_id = 0, None, cfg.run_id
-    if cfg.resume and (found := checkpoint.resumable(run / "checkpoints", cfg.run_id)):
-        start, path, run_id = found
-    elif not cfg.resume and (other := checkpoint.latest(run / "checkpoints")):  # rl refuses this before any start
-        raise SystemExit(f"{run} holds the checkpoints of another run (newest {other[1].name}): resume it, or start "
-                         "in another output_dir")
-    run_id = run_id or new_id()
+    start, path, run_id = resume_point(cfg)
     if path is not None:
         checkpoint.load(path, model, optim, saved)
         log.info(f"resumed from {path} (step {start})")

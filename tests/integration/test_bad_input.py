@@ -63,6 +63,14 @@ ROWS = [
     ("trainer", ["--nproc", "0", "--dry-run"], "nproc: Input should be greater than or equal to 1"),
     ("trainer", ["--model", "~/no/such/model", "--dry-run"], "model: model directory not found: ~/no/such/model"),
     ("trainer", ["--transport.address", "tcp://127.0.0.1:{port}"], "transport.address: cannot listen on 127.0.0.1:{port}"),
+    ("trainer", ["--nodes.count", "2", "--nodes.master", "10.0.0.1:29500", "--dry-run"],
+     "nodes.master: 10.0.0.1 is beyond loopback, and the rendezvous store there would accept anyone: set "
+     "trainer.nodes.trusted_network = true once the nodes' network is private"),
+    # a trainer's second node whose node 0 never starts; node 0 whose second node never comes: each stops, naming the master
+    ("trainer", ["--nodes.count", "2", "--nodes.rank", "1", "--nodes.master", "127.0.0.1:{closed}", "--nodes.join_timeout_s", "2"],
+     "error: trainer.nodes.master: nothing answers at 127.0.0.1:{closed} (Connection refused); start it first (waited 2s)"),
+    ("trainer", ["--nodes.count", "2", "--nodes.master", "127.0.0.1:{closed}", "--nodes.join_timeout_s", "2"],
+     "error: trainer.nodes: the 2 nodes did not meet at 127.0.0.1:{closed} within 2s ("),
     ("rl", ["@", "configs/diloco.toml", "--diloco.sync_every", "6", "--diloco.fragments", "4", "--dry-run"],
      "diloco.sync_every: 6 is not a multiple of fragments = 4: every fragment syncs once per 6 steps, one every "
      "sync_every / fragments steps (command line)"),

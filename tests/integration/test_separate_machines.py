@@ -1,8 +1,10 @@
-"""Every process on its own machine: four emulated hosts (network namespaces on one switch,
+"""Every process on its own machine: five emulated hosts (network namespaces on one switch,
 benchmarks/support/netem.py), each with its own address and its own loopback, running inference,
-the orchestrator, the trainer and a SHARDCAST relay, started alone from the configs `rl --dry-run`
+the orchestrator, a trainer on two nodes (`trainer.nodes`: FSDP2 over gloo between the two hosts,
+meeting at the first's rendezvous) and a SHARDCAST relay, started alone from the configs `rl --dry-run`
 writes as docs/running.md "On several machines" says; a run directory per host, nothing shared but
-the keys; learning on held-out tasks. Needs root (network namespaces); skipped without.
+the keys and the trainer's output_dir (its two nodes', as a cluster's shared filesystem); learning on
+held-out tasks. Needs root (network namespaces); skipped without.
 
 Batches travel over CURVE-encrypted ZMQ (bound on the trainer's address), weights from the trainer's
 SHARDCAST origin to the relay and from the relay to inference (its only server), and inference's
@@ -14,7 +16,7 @@ a peer on 127.0.0.1 would also find its own host's loopback empty, and the run w
 The faults a network brings, in the same run: the relay's host is cut off the switch for 6 s (past SHARDCAST's 5 s to connect)
 (inference keeps serving its last verified step and catches up once it is back), the trainer's
 whole process group is killed as when its machine dies and restarted with --resume (it tells the
-orchestrator the step it expects; every step is trained exactly once), and later inference's host
+orchestrator the step it expects; every step is trained exactly once; both nodes, as a job is requeued), and later inference's host
 is cut for longer than the orchestrator's request timeout (`inference_timeout_s`): the orchestrator
 stops with one line naming that host, and started again once the host is back it finishes the run.
 Metrics also go to offline W&B runs."""
@@ -41,11 +43,13 @@ STEPS = 50
 # Held-out reward after 50 steps: +0.090 in a run whose trainer was killed at step 4 and started again from step 0
 # (2026-11-27); +0.10 to +0.11 in 3 runs without a crash (the test this one absorbed, 2026-11-25)
 RISE = 0.05
-HOSTS = ["inference", "orchestrator", "trainer", "relay"]
-PORTS = {"inference": 8000, "batches": 5557, "origin": 8100, "relay": 8200}  # each host has its own ports
-SERVICES = {("inference", 8000): "inference", ("trainer", 5557): "batches", ("trainer", 8100): "origin", ("relay", 8200): "relay"}
+HOSTS = ["inference", "orchestrator", "trainer", "trainer2", "relay"]
+PORTS = {"inference": 8000, "batches": 5557, "origin": 8100, "relay": 8200, "rendezvous": 29500}  # each host its own
+SERVICES = {("inference", 8000): "inference", ("trainer", 5557): "batches", ("trainer", 8100): "origin", ("relay", 8200): "relay",
+            ("trainer", 29500): "rendezvous"}
 # who must have reached which service on its host's address
-EDGES = {("orchestrator", "inference"), ("orchestrator", "batches"), ("relay", "origin"), ("inference", "relay")}
+EDGES = {("orchestrator", "inference"), ("orchestrator", "batches"), ("relay", "origin"), ("inference", "relay"),
+         ("trainer2", "rendezvous")}
 CUT_AT = 40  # trainer steps done when inference's host is cut
 RELAY_CUT_S = 6
 TIMEOUT_S = 5.0  # the orchestrator's inference_timeout_s; quickstart generations take well under a second
@@ -104,14 +108,18 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
                           "--orchestrator.inference_timeout_s", str(TIMEOUT_S),
                           "--transport.address", f"tcp://{a['trainer']}:{PORTS['batches']}",
                           "--weight_broadcast.type", "shardcast", "--weight_broadcast.host", a["trainer"],
-                          "--weight_broadcast.port", str(PORTS["origin"]), "--wandb.mode", "offline", "--dry-run"],
+                          "--weight_broadcast.port", str(PORTS["origin"]), "--wandb.mode", "offline",
+                          "--trainer.nodes.count", "2", "--trainer.nodes.master", f"{a['trainer']}:{PORTS['rendezvous']}",
+                          "--trainer.nodes.trusted_network", "true", "--dry-run"],
                          cwd=ROOT, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr
     keys = subprocess.run([py, "-m", "composer_prime.entrypoints.cli", "keys", "make", "--out", str(plan / "keys")],
                           cwd=ROOT, capture_output=True, text=True)
     assert keys.returncode == 0, keys.stderr  # the directory the plan named; copied to each machine in real life
     relay = f"http://{a['relay']}:{PORTS['relay']}"
-    args = {"inference": ["--weight_broadcast.servers", json.dumps([relay])], "trainer": [], "orchestrator": []}
+    args = {"inference": ["--weight_broadcast.servers", json.dumps([relay])], "orchestrator": [],
+            "trainer": ["--nodes.host", a["trainer"]], "trainer2": ["--nodes.rank", "1", "--nodes.host", a["trainer2"]]}
+    out = {**{h: tmp_path / h for h in HOSTS}, "trainer2": tmp_path / "trainer"}  # the trainer's nodes share one
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def start(name: str, *extra: str) -> subprocess.Popen:
@@ -120,8 +128,9 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
                    "--public_key", str(plan / "keys" / "trainer.ed25519.pub"), "--host", a["relay"],
                    "--port", str(PORTS["relay"]), "--data_dir", str(tmp_path / "relay"), "--poll_wait_s", "5"]
         else:
-            cmd = ["-m", f"composer_prime.entrypoints.{name}", "@", str(plan / "configs" / f"{name}.toml"),
-                   "--output_dir", str(tmp_path / name), *args[name], *extra]
+            process = name.rstrip("2")
+            cmd = ["-m", f"composer_prime.entrypoints.{process}", "@", str(plan / "configs" / f"{process}.toml"),
+                   "--output_dir", str(out[name]), *args[name], *extra]
         with (logs / f"{name}.log").open("a") as log:
             return subprocess.Popen([*net.prefix[name], py, *cmd], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -147,7 +156,7 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
         before = probe(url, tiny_model_dir)  # the weights the run starts from, answering one seeded request
         # its control route beyond loopback wants the run's token (the trainer's, with filesystem broadcast)
         assert httpx.post(f"{url}/update_weights", json={"path": "/nonexistent", "version": 1}).status_code == 401
-        procs |= {name: start(name) for name in ("trainer", "orchestrator")}
+        procs |= {name: start(name) for name in ("trainer", "trainer2", "orchestrator")}
         deadline = time.time() + 600
         while len(rows(metrics)) < 4 and time.time() < deadline and all(p.poll() is None for p in procs.values()):
             time.sleep(0.2)
@@ -169,15 +178,16 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
             time.sleep(0.2)
         caught_up = time.time() - cut_until
 
-        launcher = psutil.Process(procs["trainer"].pid)
-        tree = [launcher, *launcher.children(recursive=True)]  # torchrun and its ranks (in sessions of their own)
-        for p in tree:  # the machine is gone
+        launchers = [psutil.Process(procs[n].pid) for n in ("trainer", "trainer2")]
+        tree = [q for p in launchers for q in (p, *p.children(recursive=True))]  # torchrun and its ranks, on both nodes
+        for p in tree:  # the machines are gone
             p.kill()
         procs["trainer"].wait()
+        procs["trainer2"].wait()
         psutil.wait_procs(tree, timeout=30)
         done_before = len(rows(metrics))
         time.sleep(2)
-        procs["trainer"] = start("trainer", "--resume")
+        procs |= {name: start(name, "--resume") for name in ("trainer2", "trainer")}  # in either order: they meet
 
         # Inference's host cut off for longer than the orchestrator's timeout: it stops, naming that host.
         while len(rows(metrics)) < CUT_AT and procs["orchestrator"].poll() is None:
@@ -191,7 +201,7 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
         assert said[0].startswith(f"error: inference at {url} "), said
         procs["orchestrator"] = start("orchestrator")  # started again once the host is back: it follows the trainer
         assert procs["orchestrator"].wait(timeout=900) == 0, log_tails(tmp_path)
-        assert procs["trainer"].wait(timeout=300) == 0, log_tails(tmp_path)
+        assert procs["trainer"].wait(timeout=300) == 0 and procs["trainer2"].wait(timeout=60) == 0, log_tails(tmp_path)
         assert serving(url) == STEPS
         tokens, logprobs = probe(url, tiny_model_dir)  # same seed, new weights: new tokens or at least new log-probs
         n = min(len(logprobs), len(before[1]))
@@ -221,6 +231,7 @@ def run_hosts(net: netem.Hosts, tmp_path, tiny_model_dir) -> None:
     assert evals[0]["eval_version"] == 0 and len(evals) == 4 and evals[-1]["eval_version"] == STEPS
     print(f"held-out reward {evals[0]['eval_reward']:.3f} -> {evals[-1]['eval_reward']:.3f}")
     assert evals[-1]["eval_reward"] > evals[0]["eval_reward"] + RISE, evals
+    assert (logs / "trainer.log").read_text().count("world 2 (gloo)") == 2  # both starts: one rank on each node
     # Each directory holds its own process's files only: the orchestrator never saw a checkpoint.
     assert sorted(p.name for p in (tmp_path / "orchestrator").iterdir()) == ["orchestrator", "wandb"]
     assert sorted(p.name for p in (tmp_path / "inference").iterdir()) == [f"inference-{PORTS['inference']}"]  # SHARDCAST downloads
