@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,12 +16,13 @@ from benchmarks.support import netem
 from tests.conftest import ROOT, free_port
 
 
-def run(nproc: int, model_dir, out, loss: dict | None = None, hosts: netem.Hosts | None = None) -> tuple[dict, dict]:
+def run(nproc: int, model_dir, out, objectives: dict[str, dict], hosts: netem.Hosts | None = None) -> dict[str, tuple[dict, dict]]:
     """`nproc` ranks under torchrun on loopback, or one rank on each of `hosts` (emulated machines:
-    rendezvous at the first one's address, gloo on each host's own interface)."""
+    rendezvous at the first one's address, gloo on each host's own interface): one step per objective,
+    each from the initial weights, in one launch. Objective -> (metrics, weights)."""
     out.mkdir()
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **os.environ}
-    worker = ["tests/support/fsdp_worker.py", str(model_dir), str(out), json.dumps(loss or {})]
+    worker = ["tests/support/fsdp_worker.py", str(model_dir), str(out), json.dumps(objectives)]
     if hosts is None:
         subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
                         f"--master-port={free_port()}", *worker], cwd=ROOT, check=True, timeout=600, env=env)
@@ -31,7 +33,8 @@ def run(nproc: int, model_dir, out, loss: dict | None = None, hosts: netem.Hosts
                                    *worker], cwd=ROOT, env={**env, "GLOO_SOCKET_IFNAME": "eth0"})
                  for i, prefix in enumerate(hosts.prefix.values())]
         assert [r.wait(timeout=600) for r in ranks] == [0] * nproc
-    return json.loads((out / "metrics.json").read_text()), load_file(str(out / "weights.safetensors"))
+    return {name: (json.loads((out / name / "metrics.json").read_text()), load_file(str(out / name / "weights.safetensors")))
+            for name in objectives}
 
 
 # the default objective, and every non-default branch whose normaliser or extra input spans ranks:
@@ -52,15 +55,15 @@ TOL = 1e-7
 
 
 @pytest.fixture(scope="module")
-def one_default(tiny_model_dir, tmp_path_factory) -> tuple[dict, dict]:
-    """One process's step with the default objective: what both 2-rank layouts are held to."""
-    return run(1, tiny_model_dir, tmp_path_factory.mktemp("fsdp") / "one")
+def steps(tiny_model_dir, tmp_path_factory) -> tuple[dict, dict, Path]:
+    """Every objective's step in one process and on 2 ranks on loopback (a launch each, not one per objective)."""
+    d = tmp_path_factory.mktemp("fsdp")
+    return run(1, tiny_model_dir, d / "one", OBJECTIVES), run(2, tiny_model_dir, d / "two", OBJECTIVES), d
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
-def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective, one_default):
-    m1, w1 = one_default if objective == "default" else run(1, tiny_model_dir, tmp_path / "one", OBJECTIVES[objective])
-    m2, w2 = run(2, tiny_model_dir, tmp_path / "two", OBJECTIVES[objective])
+def test_two_ranks_match_one_process(tiny_model_dir, objective, steps):
+    (m1, w1), (m2, w2), d = steps[0][objective], steps[1][objective], steps[2]
     assert m2["trained_tokens"] == m1["trained_tokens"]
     assert m2["loss/rl"] == pytest.approx(m1["loss/rl"], rel=1e-4, abs=1e-6)
     # the gradient norm (before clipping) catches a rank-averaging scale error
@@ -82,23 +85,23 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, objective, one_de
         assert ((w1[k] - base[k]).abs() > 10 * TOL).float().mean() > 0.99, k
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=TOL)
     if objective == "rl+distill-ema":  # teacher <- teacher + 0.25 (policy - teacher), from the initial weights
-        t1, t2 = (load_file(str(tmp_path / d / "teacher.safetensors")) for d in ("one", "two"))
+        t1, t2 = (load_file(str(d / n / objective / "teacher.safetensors")) for n in ("one", "two"))
         for k in base:  # the teacher moves 0.25 x 1e-5, still ~25x TOL
             torch.testing.assert_close(t1[k], base[k] + 0.25 * (w1[k] - base[k]), rtol=0, atol=TOL)
             torch.testing.assert_close(t2[k], t1[k], rtol=0, atol=TOL)
         assert "holds no EMA teacher" in m1["resume_error"] and "holds no EMA teacher" in m2["resume_error"]
-        for d in ("one", "two"):  # the checkpoint holds the teacher: a resumed run scores with the same weights
-            resumed = load_file(str(tmp_path / d / "teacher_resumed.safetensors"))
-            assert all(torch.equal(resumed[k], t) for k, t in load_file(str(tmp_path / d / "teacher.safetensors")).items())
+        for n in ("one", "two"):  # the checkpoint holds the teacher: a resumed run scores with the same weights
+            resumed = load_file(str(d / n / objective / "teacher_resumed.safetensors"))
+            assert all(torch.equal(resumed[k], t) for k, t in load_file(str(d / n / objective / "teacher.safetensors")).items())
 
 
 @pytest.mark.skipif(netem.available() is not None, reason=f"network namespaces: {netem.available()}")
-def test_two_ranks_on_two_hosts_match_one_process(tiny_model_dir, tmp_path, one_default):
+def test_two_ranks_on_two_hosts_match_one_process(tiny_model_dir, tmp_path, steps):
     """Rendezvous (torchrun's store) and gloo between two hosts' own addresses: the step is one
     process's, as on one machine."""
-    m1, w1 = one_default
+    m1, w1 = steps[0]["default"]
     with netem.switched(["rank0", "rank1"]) as hosts:
-        m2, w2 = run(2, tiny_model_dir, tmp_path / "two", hosts=hosts)
+        [(m2, w2)] = run(2, tiny_model_dir, tmp_path / "two", {"default": {}}, hosts=hosts).values()
     assert m2["trained_tokens"] == m1["trained_tokens"] and m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
     assert m2["loss/rl"] == pytest.approx(m1["loss/rl"], rel=1e-4, abs=1e-6)
     for k in w1:

@@ -1,4 +1,6 @@
-"""Run under torchrun by test_fsdp.py: one trainer step on a fixed batch, dump what it produced."""
+"""Run under torchrun by test_fsdp.py: for each objective given, one trainer step on a fixed batch from the
+initial weights, and what it produced dumped under <out>/<objective>/ (all objectives in one process group:
+one launch, not one per objective)."""
 
 import gc
 import json
@@ -47,10 +49,13 @@ def dump(model, path: str) -> None:
         save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"}, path)  # tied
 
 
-def main(model_dir: str, out: str, loss: str = "{}") -> None:
+def main(model_dir: str, out: str, objectives: str) -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    step(model_dir, out, loss)
+    for name, loss in json.loads(objectives).items():
+        (Path(out) / name).mkdir(parents=True, exist_ok=True)
+        step(model_dir, f"{out}/{name}", json.dumps(loss))
+        gc.collect()
     gc.collect()  # the sharded models (which hold the process group's work) go before gloo is torn down
     dist.barrier()  # neither rank tears gloo down while the other may still be talking to it
     dist.destroy_process_group()
