@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -108,6 +109,9 @@ def run_main(main: Callable[[], object]) -> NoReturn:
     exit_now(code)
 
 
+STOPPED_JOIN_S = 5.0
+
+
 def exit_now(code: int = 0) -> NoReturn:
     """End a finished process without the interpreter's teardown.
 
@@ -116,11 +120,17 @@ def exit_now(code: int = 0) -> NoReturn:
     of every run; any process that imported torch and transformers spends about 1.2 s of CPU on it. What
     that teardown does that matters is done here first: the other non-daemon threads are joined, as the
     interpreter would, the atexit handlers run (logging's flush, weakref finalizers among them), and the
-    standard streams are flushed."""
+    standard streams are flushed.
+
+    A process stopped by a signal (code 128 + its number: `rl` stopping it, Ctrl-C) waits for those threads
+    `STOPPED_JOIN_S` at most: a library's thread blocked on a peer that is gone would hold the stop for as
+    long as its own timeout (torchft's quorum thread, its lighthouse stopped first: 45 s, until `rl`'s
+    SIGKILL, in test_rl_diloco)."""
     me = threading.current_thread()
+    deadline = time.monotonic() + STOPPED_JOIN_S if code >= 128 else None
     for t in threading.enumerate():
         if t is not me and not t.daemon:
-            t.join()
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with suppress(Exception):  # closed, or a pipe whose reader is gone: nothing more to say there

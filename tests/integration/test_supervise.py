@@ -96,3 +96,27 @@ def test_run_main_ends_with_main_s_code_after_its_threads_atexit_and_buffered_ou
     r = subprocess.run([sys.executable, "-c", ENDS.format(end=end)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr) == (code, err)
     assert r.stdout == "unflushed thread doneatexit ran\n"
+
+
+def test_a_process_stopped_by_a_signal_does_not_wait_on_a_thread_that_never_ends():
+    """A timeout test (utils/proc.STOPPED_JOIN_S, 5 s): stopped by SIGTERM (exit 143), a process whose non-daemon
+    thread blocks forever (as torchft's quorum thread on a lighthouse that is gone) still ends, its atexit handlers
+    run; exited normally it would wait for the thread, as the interpreter does. The 60 s guard is 12x the bound."""
+    code = ("import atexit, signal, sys, threading\n"
+            "from composer_prime.utils.proc import run_main\n"
+            "def main():\n"
+            "    atexit.register(lambda: print('atexit ran'))\n"
+            "    threading.Thread(target=threading.Event().wait, name='stuck').start()\n"
+            "    signal.signal(signal.SIGTERM, lambda s, _: sys.exit(128 + s))\n"
+            "    print('ready', flush=True)\n"
+            "    signal.pause()\n"
+            "run_main(main)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        assert proc.stdout.read() == "atexit ran\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
