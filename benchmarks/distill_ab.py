@@ -55,17 +55,19 @@ ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weig
         "grpo+distill-frozen": [*DISTILL_ON, "--trainer.loss.distill.teacher", "frozen", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-sampled": [*DISTILL_ON, "--trainer.loss.distill.estimator", "sampled",
                                  "--trainer.loss.weights", "{rl = 1.0, distill = WEIGHT}"]}
-# The issue-45 arms: the real hint, a placebo (its words shuffled) and an oracle (the correct turn),
+# The issue-45 arms: the real hint, two placebos (its words shuffled; another error kind's hint) and an oracle (the correct turn),
 # the same channel otherwise: the EMA teacher, the collapse guard (the default), HINT_WEIGHT and the gate.
 HINT = [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.weights", "{rl = 1.0, distill = HINT_WEIGHT}"]
 ARMS |= {"grpo+hint": HINT, "grpo+placebo": [*HINT, "--orchestrator.distill.hints.placebo", "shuffle"],
+         "grpo+placebo-other": [*HINT, "--orchestrator.distill.hints.placebo", "other_kind"],
          "grpo+oracle": [*HINT, "--orchestrator.distill.hints.sources", '["oracle", "env", "template"]']}
 BASELINE = "grpo"
+PLACEBOS = ("grpo+placebo", "grpo+placebo-other")
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
-    if arm in ("grpo+hint", "grpo+placebo", "grpo+oracle") and a.gate:  # every arm gated by the real hint's lift
+    if arm in ("grpo+hint", *PLACEBOS, "grpo+oracle") and a.gate:  # every arm gated by the real hint's lift
         extra += ["--orchestrator.distill.gate.enabled", "true", "--orchestrator.distill.gate.lift_file", str(a.gate.resolve())]
     flags = [f.replace("HINT_WEIGHT", str(a.hint_weight)).replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]]
     return flags + extra + a.rl_flags.split()
@@ -99,9 +101,9 @@ def controls(out: dict) -> dict:
     (its tool-error rate not lower), the oracle at least as good as the real hint (rate not higher,
     reward not lower)."""
     checks = {}
-    if "grpo+placebo" in out:
-        p, g = out["grpo+placebo"], out[BASELINE]
-        checks["placebo_not_better_than_grpo"] = p["final_tool_error_rate"] >= g["final_tool_error_rate"]
+    for arm in (a for a in PLACEBOS if a in out):
+        p, g = out[arm], out[BASELINE]
+        checks[f"{arm.removeprefix('grpo+')}_not_better_than_grpo"] = p["final_tool_error_rate"] >= g["final_tool_error_rate"]
     if "grpo+oracle" in out and "grpo+hint" in out:
         o, h = out["grpo+oracle"], out["grpo+hint"]
         checks["oracle_at_least_real"] = (o["final_tool_error_rate"] <= h["final_tool_error_rate"]

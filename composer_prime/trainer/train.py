@@ -259,12 +259,14 @@ def run(cfg: TrainerConfig) -> None:
         log.info(f"step {step} {losses} grad_norm {metrics['grad_norm']:.3f} "
                  f"tokens {int(metrics['trained_tokens'])} compute {metrics['compute_s']:.2f}s -> weights v{step + 1}")
 
-    with sync:
-        fit(t, ZmqSource(receiver), start, after)
-    if receiver is not None:
-        receiver.close()
-        sink.close()
-    if publisher is not None:
-        publisher.close()
+    try:
+        with sync:
+            fit(t, ZmqSource(receiver), start, after)
+    finally:  # stopped too (a signal's SystemExit): closed here, not whenever garbage collection gets to them
+        if receiver is not None:
+            receiver.close()
+            sink.close()
+        if publisher is not None:
+            publisher.close()
     log.info("done")
     dist.destroy_process_group()

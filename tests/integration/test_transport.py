@@ -25,6 +25,17 @@ def test_zmq_round_trip_is_exact():
 
 
 
+def test_the_trainer_s_sockets_never_wait_to_deliver_at_exit():
+    """LINGER 0 on every socket of the receiver's context (the batch socket, its monitor): a trainer stopped by its
+    parent's death, its receiver left to garbage collection, hung in the context's term for good (CI host, test_rl_vllm's
+    kill -9: closed sockets still listening, `term` waiting on them, py-spy) with the default infinite linger."""
+    import zmq
+
+    receiver = BatchReceiver(f"tcp://127.0.0.1:{free_port()}")
+    assert receiver._sock.getsockopt(zmq.LINGER) == receiver._monitor.getsockopt(zmq.LINGER) == 0
+    receiver.close()
+
+
 def test_receiver_times_out_with_none():
     receiver = BatchReceiver(f"tcp://127.0.0.1:{free_port()}")
     assert receiver.recv(timeout_s=0.05) is None

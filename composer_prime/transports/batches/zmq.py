@@ -68,6 +68,10 @@ class BatchReceiver:
 
     def __init__(self, address: str, keys: CurveKeys = None) -> None:
         self._ctx = zmq.Context()  # its own: the authenticator below serves every CURVE socket of its context
+        # Nothing of the trainer's is worth waiting to deliver once it stops (an announcement to an orchestrator
+        # that is gone): with the default infinite linger a trainer stopped by its parent's death hung for ever in
+        # the context's term, at garbage collection, still listening on its port (test_rl_vllm's kill -9, CI host)
+        self._ctx.setsockopt(zmq.LINGER, 0)
         self._auth = None
         self._sock = self._ctx.socket(zmq.DEALER)
         if keys is not None:
