@@ -8,7 +8,8 @@ Samples `--rollouts` tool-calc episodes (two-digit questions, 3 turns, 48 tokens
 1, fixed seeds) from the model in-process (the embedded engine), finds their error turns, and at
 each (up to `--max-sites`) draws the erring turn `--k` times from the student's context, from the
 hinted teacher's (the run's hint chain: the environment's hint, then the template), from a placebo
-teacher's (`--placebo`: the hint's words shuffled, or another kind's hint) and, with `--oracle`, from
+teacher's (`--placebo`: the hint's words shuffled, another kind's hint, or its words without the calls it
+quotes, or a sentence saying nothing: `blank`) and, with `--oracle`, from
 a teacher shown the correct turn; the same k seeds on every arm. Each draw is scored by
 tool-calc's own turn check (orchestrator/hint_lift.py). Prints, per error kind, P(valid) with and
 without the hint, H = P(valid | hint) − P(valid | no hint) with its 95% bootstrap interval over
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from composer_prime.config.sampling import SamplingParams  # noqa: E402
 from composer_prime.contract.inference import Completion  # noqa: E402
 from composer_prime.env_runtime.tasksets import load_tasks  # noqa: E402
-from composer_prime.orchestrator.hint_arms import PlaceboHinter  # noqa: E402
+from composer_prime.orchestrator.hint_arms import PLACEBOS, PlaceboHinter  # noqa: E402
 from composer_prime.orchestrator.hint_lift import draw_site, summarise, turn_valid  # noqa: E402
 from composer_prime.orchestrator.hints import HintContext, OracleHinter, make_hinter  # noqa: E402
 from composer_prime.orchestrator.rollouts import rollout  # noqa: E402
@@ -137,7 +138,7 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=96)
     p.add_argument("--k", type=int, default=16, help="draws per site and arm (the same seeds on every arm)")
     p.add_argument("--max-sites", type=int, default=64)
-    p.add_argument("--placebo", choices=["shuffle", "other_kind"], default="shuffle")
+    p.add_argument("--placebo", choices=list(PLACEBOS), default="shuffle")
     p.add_argument("--oracle", action="store_true", help="also a teacher shown the correct turn")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")

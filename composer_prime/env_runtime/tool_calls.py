@@ -14,6 +14,11 @@ _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 _OPEN = "<tool_call>"
 
 
+def without_calls(text: str) -> str:
+    """`text` with every `<tool_call>...</tool_call>` span removed (and its spacing tidied)."""
+    return " ".join(_CALL.sub(" ", text).split())
+
+
 @dataclass
 class ParsedCall:
     name: str | None

@@ -70,8 +70,9 @@ class HintConfig(Strict):
     sources: list[Literal["env", "template", "llm", "oracle"]] = Field(
         default_factory=lambda: ["env", "template"], min_length=1,
         description='hint sources, tried in this order ("oracle": the task\'s correct turn, a control arm: hint_arms.py)')
-    placebo: Literal["off", "shuffle", "other_kind"] = Field(
-        "off", description="a control arm: the hint's words shuffled, or another error kind's hint (hint_arms.py)")
+    placebo: Literal["off", "shuffle", "other_kind", "words_only", "blank"] = Field(
+        "off", description="a control arm: the hint's words shuffled, another error kind's hint, the hint without the "
+                           "tool calls it quotes, or a sentence saying nothing about the turn (hint_arms.py)")
     templates: dict[str, str] = Field(default_factory=dict, description="per error kind, overriding the built-in "
                                                                         "templates")
     llm_url: str | None = Field(None, description="any OpenAI-compatible server (our own inference server too)")

@@ -10,7 +10,7 @@ import pytest
 
 from composer_prime.env_runtime.error_sites import ErrorSite
 from composer_prime.env_runtime.tasksets import load_tasks
-from composer_prime.orchestrator.hint_arms import PlaceboHinter, other_kind, shuffled
+from composer_prime.orchestrator.hint_arms import BLANK, PlaceboHinter, other_kind, shuffled
 from composer_prime.orchestrator.hint_lift import (LiftGate, LiftTracker, SiteDraws, bootstrap, draw_site, lift,
                                                    summarise, turn_valid)
 from composer_prime.orchestrator.hints import HintContext, OracleHinter, make_hinter
@@ -121,6 +121,10 @@ def test_placebo_hints_keep_the_words_or_change_the_kind(task):
     assert other_kind("unknown_tool") == "bad_arguments" and other_kind("format") == "parse" and other_kind("x") == "parse"
     other = asyncio.run(PlaceboHinter(make_hinter(["template"], {}, None, None, 1.0, None), "other_kind")(UNKNOWN, ctx))
     assert other.startswith("The arguments of `calculator` are wrong")
+    # the words without the call every tool-calc hint quotes (which shuffling and another kind's hint both keep)
+    words = asyncio.run(PlaceboHinter(make_hinter(["env"], {}, None, None, 1.0, None), "words_only")(UNKNOWN, ctx))
+    assert "<tool_call>" in real and words == "The only tool is `calc`, not `calculator`:"
+    assert asyncio.run(PlaceboHinter(make_hinter(["env"], {}, None, None, 1.0, None), "blank")(UNKNOWN, ctx)) == BLANK
 
 
 def test_the_oracle_hint_is_the_correct_turn(task):
