@@ -55,14 +55,16 @@ ARMS = {"grpo": ["--orchestrator.distill.enabled", "false", "--trainer.loss.weig
         "grpo+distill-frozen": [*DISTILL_ON, "--trainer.loss.distill.teacher", "frozen", "--trainer.loss.weights", "{rl = 1.0, distill = 0.1}"],
         "grpo+distill-sampled": [*DISTILL_ON, "--trainer.loss.distill.estimator", "sampled",
                                  "--trainer.loss.weights", "{rl = 1.0, distill = WEIGHT}"]}
-# The issue-45 arms: the real hint, two placebos (its words shuffled; another error kind's hint) and an oracle (the correct turn),
+# The issue-45 arms: the real hint, placebos (its words shuffled; another error kind's hint; a sentence saying nothing)
+# and an oracle (the correct turn),
 # the same channel otherwise: the EMA teacher, the collapse guard (the default), HINT_WEIGHT and the gate.
 HINT = [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.weights", "{rl = 1.0, distill = HINT_WEIGHT}"]
 ARMS |= {"grpo+hint": HINT, "grpo+placebo": [*HINT, "--orchestrator.distill.hints.placebo", "shuffle"],
          "grpo+placebo-other": [*HINT, "--orchestrator.distill.hints.placebo", "other_kind"],
+         "grpo+placebo-blank": [*HINT, "--orchestrator.distill.hints.placebo", "blank"],
          "grpo+oracle": [*HINT, "--orchestrator.distill.hints.sources", '["oracle", "env", "template"]']}
 BASELINE = "grpo"
-PLACEBOS = ("grpo+placebo", "grpo+placebo-other")
+PLACEBOS = ("grpo+placebo", "grpo+placebo-other", "grpo+placebo-blank")
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
