@@ -91,7 +91,7 @@ def test_listening_on_or_reaching_for_loopback_is_a_breach():
 
 
 @pytest.mark.skipif(netem.available() is not None, reason=f"network namespaces: {netem.available()}")
-def test_four_hosts_learn_through_a_relay_cut_and_a_trainer_crash(tmp_path, tiny_model_dir):
+def test_five_hosts_learn_through_a_relay_cut_and_a_trainer_crash_on_two_nodes(tmp_path, tiny_model_dir):
     with netem.switched(HOSTS) as net:
         run_hosts(net, tmp_path, tiny_model_dir)
 
