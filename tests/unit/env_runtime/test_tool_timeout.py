@@ -28,26 +28,34 @@ BLOCK_S = 10.0  # the tool's hang, bounded so that a test run without the fix fa
 TIMEOUT_S = 0.5
 
 
-def test_a_tool_call_that_blocks_is_cut_dropped_and_named(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def blocked(monkeypatch) -> threading.Event:
+    """tool-calc's tool function, blocking its thread until the event is set (or BLOCK_S at most)."""
     import tool_calc.taskset as taskset
 
-    release = threading.Event()
-    real_answer = taskset.answer
+    release, real_answer = threading.Event(), taskset.answer
 
-    def answer(name: str, arguments: dict) -> dict:  # the tool function, blocking its thread
+    def answer(name: str, arguments: dict) -> dict:
         deadline = time.monotonic() + BLOCK_S
         while not release.is_set() and time.monotonic() < deadline:
             time.sleep(0.02)
         return real_answer(name, arguments)
 
     monkeypatch.setattr(taskset, "answer", answer)
+    yield release
+    release.set()
+
+
+def test_a_tool_call_that_blocks_is_cut_dropped_and_named(tiny_model_dir, tmp_path, blocked):
+    import tool_calc.taskset as taskset
+
     env = load_env(EnvConfig(id="tool-calc", args={"num_tasks": 1}, call_timeout_s=TIMEOUT_S), 0, tmp_path)
     task, tok = env.train[0], AutoTokenizer.from_pretrained(tiny_model_dir)
     try:
         r = asyncio.run(rollout(ScriptedPolicy(tok, [RIGHT, "1660"]), tok, "tool-calc", task, SamplingParams(max_tokens=128),
                                 512, 3, 0, asyncio.Semaphore(1), env.box))
     finally:
-        release.set()
+        blocked.set()
     line = next(n for n, text in enumerate(Path(taskset.__file__).read_text().splitlines(), 1)
                 if "result = answer(name, arguments)" in text)
     assert r.dropped == "timeout", (r.dropped, r.reward, r.turns)
@@ -59,27 +67,15 @@ def test_a_tool_call_that_blocks_is_cut_dropped_and_named(tiny_model_dir, tmp_pa
         stop_if_every_call_timed_out("step 0", [r], {"tool-calc"})
 
 
-def test_a_lift_draw_whose_tool_blocks_is_invalid_and_not_waited_for(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_lift_draw_whose_tool_blocks_is_invalid_and_not_waited_for(tiny_model_dir, tmp_path, blocked):
     """The distill step's hint-lift draws (orchestrator/lift_sampling.py, `lift_samples`) check each drawn turn in
     a fresh tool session of the rollout's task: in the rollout's CallBox, so a blocked tool makes that draw invalid
     after call_timeout_s. Before, the session was opened and called on the orchestrator's loop: each check waited
     out BLOCK_S and, the tool then answering, came back valid."""
-    import tool_calc.taskset as taskset
-
     from composer_prime.env_runtime.error_sites import ErrorSite
     from composer_prime.orchestrator.lift_sampling import LiftSampler
     from composer_prime.orchestrator.rollouts import Rollout
 
-    release = threading.Event()
-    real_answer = taskset.answer
-
-    def answer(name: str, arguments: dict) -> dict:
-        deadline = time.monotonic() + BLOCK_S
-        while not release.is_set() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return real_answer(name, arguments)
-
-    monkeypatch.setattr(taskset, "answer", answer)
     env = load_env(EnvConfig(id="tool-calc", args={"num_tasks": 1}, call_timeout_s=TIMEOUT_S), 0, tmp_path)
     task, tok = env.train[0], AutoTokenizer.from_pretrained(tiny_model_dir)
     tools = asyncio.run(task.open_session()).tools
@@ -88,6 +84,6 @@ def test_a_lift_draw_whose_tool_blocks_is_invalid_and_not_waited_for(tiny_model_
     try:
         draws = asyncio.run(LiftSampler(policy, tok, k=2, max_tokens=128).draw(r, ErrorSite(0, "unknown_tool", ""), [1], [2], 0))
     finally:
-        release.set()
+        blocked.set()
     assert (draws.hint, draws.plain) == ([False, False], [False, False])  # each call cut, so no draw counts as valid
     assert env.box.timeouts == 4
