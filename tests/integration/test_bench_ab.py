@@ -73,8 +73,8 @@ def test_parallel_runs_of_distill_ab_replay_ab_real_model_learning(tmp_path, cap
     assert [(r["name"], r["status"], r["returncode"]) for r in records] == [("fails", "failed", 3), ("finishes", "ok", 0),
                                                                              ("budget", "ok", -15)]
     assert (tmp_path / "fails.log").read_text() == "boom\n" and (tmp_path / "finishes.log").read_text() == "finished\n"
-    # the one that sleeps 2 s took at least that; the one on a 2 s budget was stopped by it (SIGTERM, -15 above)
-    # where it would have slept 60 s: lower bounds only, which no slow host can break
+    # a timeout test: the one that sleeps 2 s took at least that; the one on a 2 s budget was stopped by it (SIGTERM,
+    # -15 above) where it would have slept 60 s: lower bounds only, which no slow host can break (no margin needed)
     assert 2 <= records[1]["wall_s"] and 2 <= records[2]["wall_s"]
     ran_at_once(records)
     err = capsys.readouterr().err

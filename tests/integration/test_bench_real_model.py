@@ -6,7 +6,7 @@ import os
 import pytest
 
 from benchmarks.support.overlap import overlap
-from tests.support.bench_runs import ran_at_once, run
+from tests.support.bench_runs import ran_at_once, recorded, run
 from tests.unit.inference.test_decode_ops import TINY as TINY_OPS
 
 
@@ -39,17 +39,17 @@ def test_real_model_breakdown(tmp_path):
     [shipped] = hf["async"]
     for level, run_ in (("1", shipped), ("0", hf["sync"])):
         assert f"--orchestrator.max_async_level {level}" in run_["command"] and run_["breakdown"]["steps"] == 1
-    assert hf["step_s"]["runs"] == [round(shipped["breakdown"]["step_s"], 3)] and hf["step_s"]["median"] > 0
-    assert hf["startup_s"]["runs"] == [round(shipped["startup_s"], 1)] and shipped["startup_s"] > 0
+    assert hf["step_s"]["runs"] == [round(shipped["breakdown"]["step_s"], 3)] and recorded(hf["step_s"]["median"])
+    assert hf["startup_s"]["runs"] == [round(shipped["startup_s"], 1)] and recorded(shipped["startup_s"])
     assert len(out["load_average"]) == 2 and out["cores"] == os.cpu_count()
     rss = hf["peak_rss_mb"]  # every process of the run found and measured
     assert rss == shipped["peak_rss_mb"] and list(rss) == ["inference", "orchestrator", "trainer"] and min(rss.values()) > 0
     p = hf["phases"]
     assert list(p) == ["generate_and_score_s", "build_batch_s", "send_s", "pack_s", "forward_s", "backward_s", "optim_s",
                        "other_compute_s", "checkpoint_s", "score_s", "write_and_broadcast_s", "reload_s"]
-    assert min(p[k] for k in ("generate_and_score_s", "forward_s", "backward_s", "optim_s", "score_s", "reload_s")) > 0
+    assert recorded(*(p[k] for k in ("generate_and_score_s", "forward_s", "backward_s", "optim_s", "score_s", "reload_s")))
     sync = hf["sync"]["breakdown"]  # the phases are the synchronous run's; the weights' hand-off split in two
-    assert p["write_and_broadcast_s"] + p["reload_s"] == pytest.approx(sync["trainer"]["publish_s"]) and p["reload_s"] > 0
+    assert p["write_and_broadcast_s"] + p["reload_s"] == pytest.approx(sync["trainer"]["publish_s"])
     o = hf["overlap"]
     assert o["bound"] == pytest.approx((o["t_gen_s"] + o["t_train_s"]) / max(o["t_gen_s"], o["t_train_s"]))
     assert (o["sync_step_s"], o["async_step_s"]) == (sync["step_s"], hf["step_s"]["median"])

@@ -3,7 +3,7 @@ benchmarks/vs_trl.py (ours against TRL's GRPO) and openenv.py (in-process agains
 
 import pytest
 
-from tests.support.bench_runs import run
+from tests.support.bench_runs import recorded, run
 
 
 def test_vs_trl(tmp_path):
@@ -12,13 +12,14 @@ def test_vs_trl(tmp_path):
     for name in out["systems"]:
         [r] = out[name]
         times = [t for t, _ in r["curve"]]
-        # the starting model, then the weights after steps 2 and 4, on the run's own clock
+        # the starting model, then the weights after steps 2 and 4, on the run's own clock; budget_s is the run's
+        # timeout (tests/support/bench_runs.py: 900 s, a margin of 30x over a fast host), its budget the 4 steps
         assert r["steps"] == 4 and len(times) == 3 and times == sorted(times) and 0 < times[-1] <= out["budget_s"]
         assert all(0 <= reward <= 1 for _, reward in r["curve"])
     b = out["ours-hf"][0]["breakdown"]
     t = b["trainer"]
-    assert b["steps"] == 1 and t["forward_s"] > 0 and t["backward_s"] > 0 and t["publish_s"] > 0
-    assert b["inference"]["load_s"] > 0  # read from the inference server while the run was up
+    assert b["steps"] == 1 and recorded(t["forward_s"], t["backward_s"], t["publish_s"])
+    assert recorded(b["inference"]["load_s"])  # read from the inference server while the run was up
     # the trainer's idle, compute and hand-off times make up its step time (up to writing its metrics line)
     assert sum(t.values()) == pytest.approx(b["step_s"], rel=0.1)
 
@@ -27,7 +28,7 @@ def test_openenv(tmp_path):
     out = run("openenv", tmp_path)
     assert (out["steps"], out["batch"], out["repeats"], out["sft_steps"], out["target"]) == (1, 8, 1, 0, 0.1)
     runs = {r["system"]: r for r in out["runs"]}
-    assert list(runs) == ["in-process", "openenv"] and all(r["rollouts"] == 8 and r["seconds"] > 0 for r in runs.values())
+    assert list(runs) == ["in-process", "openenv"] and all(r["rollouts"] == 8 and recorded(r["seconds"]) for r in runs.values())
     for name, r in runs.items():
         assert out["summary"][name]["rollouts_per_s"]["runs"] == [round(r["rollouts_per_s"], 3)]
     local, served = runs["in-process"]["rollouts_per_s"], runs["openenv"]["rollouts_per_s"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.bench_runs import BENCHMARKS, run
+from tests.support.bench_runs import BENCHMARKS, recorded, run
 
 
 def test_volunteers_without_toploc_refused(tmp_path):
@@ -25,7 +25,7 @@ def test_volunteers_without_toploc_refused(tmp_path):
 def test_volunteers_overhead(tmp_path):
     out = run("volunteers:overhead", tmp_path)["overhead"]["models"]["tiny"]
     [r] = out["runs"]
-    assert r["tokens"] > 0 and r["gen_s"] > 0 and r["keep_frac"] >= 0 and r["audit_frac"] > 0
+    assert r["tokens"] > 0 and recorded(r["gen_s"]) and r["keep_frac"] >= 0 and r["audit_frac"] > 0
     assert 0 < r["build_frac"] and r["prove_frac"] == pytest.approx(r["keep_frac"] + r["build_frac"])
     assert out["proof_bytes_per_32_tokens"] == [258]  # 2 + 2 x 128, the tiny model's width being 128
     assert out["build_frac"]["runs"] == [round(r["build_frac"], 4)]
