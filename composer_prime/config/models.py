@@ -1,4 +1,5 @@
-"""Pydantic configs, one per process (`RLConfig`, the config of `rl`, is in config/rl.py).
+"""Pydantic configs, one per process (`RLConfig`, the config of `rl`, is in config/rl.py; what they nest of
+the links between processes in config/links.py, the environments in config/envs.py).
 
 Every model forbids unknown keys, so a typo is an error, not a silently ignored setting. Every
 field carries `Field(description=...)` and, where a number has a sensible range, its bounds:
@@ -11,40 +12,15 @@ import importlib.util
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from composer_prime.config.base import CommaList, FieldError, Pinned, Port, Sections, Shared, Strict
+from composer_prime.config.base import FieldError, Pinned, Port, Sections, Shared, Strict
 from composer_prime.config.diloco import DiLoCoConfig
+from composer_prime.config.envs import EnvConfig, EvalConfig
+from composer_prime.config.links import AuthConfig, BatchTransportConfig, WeightBroadcastConfig
 from composer_prime.config.nodes import NodesConfig
 from composer_prime.config.sampling import RolloutSampling
 from composer_prime.config.volunteers import VolunteersConfig
-
-
-class BatchTransportConfig(Strict):
-    """Orchestrator -> trainer batches (ZMQ PUSH/PULL)."""
-
-    address: str = Field("tcp://127.0.0.1:5557", description="tcp://HOST:PORT; the trainer binds it, the "
-                                                             "orchestrator connects to it")
-
-    @field_validator("address")
-    @classmethod
-    def _tcp(cls, v: str) -> str:
-        host, sep, port = v.removeprefix("tcp://").rpartition(":")
-        if not (v.startswith("tcp://") and sep and host and port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError(f"{v!r} is not tcp://HOST:PORT with a port in 1..65535")
-        return v
-
-    def endpoint(self) -> tuple[str, int]:
-        """(host, port) the trainer binds; "*" is every interface."""
-        host, _, port = self.address.removeprefix("tcp://").rpartition(":")
-        return ("0.0.0.0" if host == "*" else host), int(port)
-
-
-class AuthConfig(Strict):
-    """Keys of processes that listen beyond loopback (transports/auth.py says which file is whose)."""
-
-    keys_dir: Path | None = Field(None, description="from `composer-prime keys make --out DIR`; `rl` uses "
-                                                     "<output_dir>/keys when needed")
 
 
 class WandbConfig(Strict):
@@ -64,47 +40,6 @@ class WandbConfig(Strict):
         if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
             raise FieldError("mode", f"\"{self.mode}\" needs the wandb package: uv sync --extra wandb")
         return self
-
-
-class WeightBroadcastConfig(Strict):
-    """How new weights reach inference. `filesystem`: a shared `weights/` directory and a POST to
-    /update_weights. `shardcast`: the trainer runs a SHARDCAST origin; inference nodes download,
-    verify and load each step themselves (through relays or straight from the origin)."""
-
-    type: Literal["filesystem", "shardcast"] = Field("filesystem", description="how weights travel (see above)")
-    keep_last: int = Field(3, ge=1, description="steps kept on disk (and listed by the origin); older ones are pruned")
-    host: str = Field("127.0.0.1", description="shardcast: the origin's listening address (trainer side)")
-    port: Port = Field(8100, description="shardcast: the origin's port; local relays take the next ports")
-    shard_size: int = Field(50_000_000, ge=1, description="shardcast: bytes per shard (SHARDCAST's default)")
-    delta: bool = Field(True, description="shardcast: also publish step N as a compressed XOR against step N-1 "
-                                          "when that is smaller")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="dtype of the published weights "
-                                                                              "(auto: the trainer's compute_dtype)")
-    key_path: Path | None = Field(None, description="shardcast: ed25519 signing key; default "
-                                                    "<output_dir>/keys/trainer.ed25519")
-    servers: CommaList = Field(default_factory=list, description="shardcast, inference side: relays and/or the "
-                                                                 'origin, e.g. ["http://relay:8200"]')
-    public_key: str = Field("", description="shardcast, inference side: the trainer's ed25519 public key, hex or "
-                                            "the file holding it (keys/trainer.ed25519.pub); nothing unsigned by it "
-                                            "is loaded")
-
-
-class RelayConfig(Strict):
-    """`uv run relay`: mirror SHARDCAST upstreams and re-serve them."""
-
-    upstream: CommaList = Field(min_length=1, description="origin and/or relay URLs to mirror, e.g. "
-                                                          "http://trainer-host:8100 (comma-separated)")
-    public_key: str = Field(min_length=1, description="the trainer's ed25519 public key, hex or the file holding "
-                                                      "it (keys/trainer.ed25519.pub); unsigned steps are never served")
-    host: str = Field("127.0.0.1", description="listening address")
-    port: Port = Field(8200, description="listening port")
-    data_dir: Path = Field(Path("outputs/relay"), description="where mirrored steps are kept")
-    keep_last: int = Field(3, ge=1, description="steps kept; older ones are pruned")
-    poll_wait_s: float = Field(30.0, gt=0, description="long-poll wait on upstream for a new step, in seconds")
-
-    def binds(self) -> list[tuple[str, str, int]]:
-        """(key, host, port) for every port this process listens on."""
-        return [("port", self.host, self.port)]
 
 
 # ---------------------------------------------------------------- inference
@@ -159,53 +94,6 @@ class InferenceConfig(Shared, Pinned):
 
 
 # ---------------------------------------------------------------- orchestrator
-class EnvConfig(Strict):
-    """One environment of the mix: a verifiers v1 package, or an OpenEnv server (env_runtime/envs.py)."""
-
-    id: str = Field("reverse-text", min_length=1, description="the installed environment's id (openenv without a "
-                                                              "url: the package whose server.app the orchestrator serves)")
-    kind: Literal["verifiers", "openenv"] = Field("verifiers", description="verifiers: a verifiers v1 package, run "
-                                                  "in-process; openenv: an OpenEnv server, driven over its /ws route")
-    url: str | None = Field(None, pattern=r"^https?://", description="openenv: a running server's URL (none: the "
-                                                                     "orchestrator starts the package on loopback)")
-    servers: int = Field(1, ge=1, description="openenv without a url: servers the orchestrator starts")
-    sessions: int = Field(1, ge=1, description="openenv: sessions each server accepts at once (its "
-                                               "max_concurrent_envs); more episodes wait for one")
-    step_timeout_s: float = Field(60.0, gt=0, description="openenv: a reset or step unanswered this long drops "
-                                                          "the rollout")
-    call_timeout_s: float = Field(300.0, gt=0, description="verifiers: a call into the environment (scoring: "
-                                                           "the task's rewards and metrics; a tool call, opening "
-                                                           "or closing its tool session) unreturned this long is cut "
-                                                           "and its rollout dropped (dropped/timeout)")
-    args: dict = Field(default_factory=dict, description="taskset config for training tasks (openenv: reset "
-                                                         "arguments, and num_tasks: the seeds drawn)")
-    eval_args: dict = Field(default_factory=lambda: {"split": "eval", "num_tasks": 200},
-                            description="taskset config for held-out tasks (openenv: as args)")
-    ratio: float = Field(1.0, gt=0, description="share of each batch's rollouts (normalised over envs)")
-    group_size: int | None = Field(None, ge=1, description="completions per task; None = the orchestrator's "
-                                                           "group_size")
-    max_turns: int = Field(8, ge=1, description="model turns per episode for environments with tools")
-
-    @model_validator(mode="after")
-    def _check_kind(self) -> "EnvConfig":
-        if self.kind != "openenv":
-            for key, default in (("url", None), ("servers", 1), ("sessions", 1), ("step_timeout_s", 60.0)):
-                if getattr(self, key) != default:
-                    raise FieldError(key, "is for environments of kind = \"openenv\"")
-        elif self.call_timeout_s != 300.0:
-            raise FieldError("call_timeout_s", "is for environments of kind = \"verifiers\" (openenv: step_timeout_s)")
-        elif self.url is not None and self.servers != 1:
-            raise FieldError("servers", "is for servers the orchestrator starts; with a url there is one")
-        return self
-
-
-class EvalConfig(Strict):
-    """Held-out evaluation."""
-
-    interval: int = Field(5, ge=1, description="held-out eval every N steps (and at the first and last step)")
-    num_tasks: int = Field(64, ge=1, description="held-out tasks per environment")
-
-
 BATCH_STEPS = "composer_prime.batch_steps"  # the entry-point group batch steps register in (orchestrator/batch.py)
 
 

@@ -30,7 +30,8 @@ from pydantic import BaseModel
 
 from composer_prime.config.diloco import LighthouseConfig
 from composer_prime.config.loader import ConfigError, alias, place_of
-from composer_prime.config.models import AuthConfig, InferenceConfig, RelayConfig, WeightBroadcastConfig
+from composer_prime.config.links import AuthConfig, RelayConfig, WeightBroadcastConfig
+from composer_prime.config.models import InferenceConfig
 from composer_prime.config.rl import RLConfig
 from composer_prime.transports.auth import is_loopback, zmq_host
 from composer_prime.utils.proc import has_gpu

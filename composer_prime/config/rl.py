@@ -17,8 +17,8 @@ from composer_prime.config.help import Section
 from composer_prime.config.base import FieldError, Shared, Strict
 from composer_prime.config.diloco import DiLoCoConfig
 from composer_prime.config.loader import ConfigError, alias, place_of, validate
-from composer_prime.config.models import (AuthConfig, BatchTransportConfig, InferenceConfig, OrchestratorConfig, TrainerConfig,
-                                          WandbConfig, WeightBroadcastConfig)
+from composer_prime.config.links import AuthConfig, BatchTransportConfig, WeightBroadcastConfig
+from composer_prime.config.models import InferenceConfig, OrchestratorConfig, TrainerConfig, WandbConfig
 
 SHARED_KEYS = ("model", "seq_len", "max_steps", "output_dir", "seed")
 

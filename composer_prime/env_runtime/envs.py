@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from composer_prime.config import OrchestratorConfig
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 from composer_prime.env_runtime.calls import CallBox, code_of
 from composer_prime.env_runtime.errors import EnvError
 

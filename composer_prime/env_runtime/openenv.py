@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 from composer_prime.env_runtime.episode import EpisodeFault, Opened
 from composer_prime.env_runtime.errors import EnvError
 from composer_prime.env_runtime.openenv_servers import Schemas, Server, Servers, Slot

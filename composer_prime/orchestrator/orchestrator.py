@@ -32,7 +32,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from composer_prime.config import OrchestratorConfig
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 from composer_prime.contract.batches import Batch
 from composer_prime.env_runtime.envs import Env, load_env
 from composer_prime.env_runtime.episode import FAULTS

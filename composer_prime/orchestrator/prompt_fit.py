@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 from composer_prime.env_runtime.errors import EnvError
 
 MEASURED = 4096  # train tasks measured per environment (the tiny tokenizer renders ~20k prompts a second)

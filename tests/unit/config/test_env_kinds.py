@@ -1,10 +1,10 @@
-"""An environment's kind and the keys only an OpenEnv (or only a verifiers) environment takes (config/models.py EnvConfig)."""
+"""An environment's kind and the keys only an OpenEnv (or only a verifiers) environment takes (config/envs.py EnvConfig)."""
 
 import pytest
 
 from composer_prime.config import OrchestratorConfig
 from composer_prime.config.base import FieldError
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 
 
 def test_an_openenv_environment_by_package_or_by_url():

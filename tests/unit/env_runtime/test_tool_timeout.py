@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from composer_prime.config.models import EnvConfig
+from composer_prime.config.envs import EnvConfig
 from composer_prime.config.sampling import SamplingParams
 from composer_prime.env_runtime.envs import load_env
 from composer_prime.env_runtime.errors import EnvError
