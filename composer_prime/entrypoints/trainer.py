@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from composer_prime.config import TrainerConfig, load_or_exit
 from composer_prime.entrypoints import checks
@@ -73,25 +73,29 @@ def wait_for_master(master: str, timeout_s: float) -> None:
             time.sleep(1.0)
 
 
-def say_while_nodes_join(count: int, master: str, every_s: float = 30.0) -> None:
-    """torchrun's rendezvous waits for every node without a word: say so every `every_s` seconds until this
-    node's ranks start (torchrun's children). Written past logging.disable, which mutes torch's own lines."""
+def past_disable(line: str) -> None:
+    """An info line written to the root logger's handlers past logging.disable, which mutes torch's own lines."""
+    record = logging.LogRecord(__name__, logging.INFO, __file__, 0, line, None, None)
+    for handler in logging.getLogger().handlers:
+        handler.handle(record)
+
+
+def until_started(started: Callable[[], bool], waiting: StillWaiting, poll_s: float = 0.5) -> None:
+    """Poll `started` every `poll_s` seconds, `waiting` saying every period that it goes on."""
+    while not started():
+        time.sleep(poll_s)
+        waiting.tick()
+
+
+def say_while_nodes_join(count: int, master: str) -> None:
+    """torchrun's rendezvous waits for every node without a word: say so every 30 s until this node's ranks
+    start (torchrun's children), past logging.disable."""
     import psutil
 
-    me, start = psutil.Process(), time.monotonic()
-
-    def watch() -> None:
-        said = start
-        while not me.children():
-            time.sleep(0.5)
-            if (now := time.monotonic()) - said >= every_s:
-                record = logging.LogRecord(__name__, logging.INFO, __file__, 0, f"waiting for the trainer's {count} nodes to "
-                                           f"meet at {master} ({now - start:.0f}s)", None, None)
-                for handler in logging.getLogger().handlers:
-                    handler.handle(record)
-                said = now
-
-    threading.Thread(target=watch, daemon=True, name="nodes-join").start()
+    me = psutil.Process()
+    waiting = StillWaiting(f"the trainer's {count} nodes to meet at {master}", say=past_disable)
+    threading.Thread(target=until_started, args=(lambda: bool(me.children()), waiting), daemon=True,
+                     name="nodes-join").start()
 
 
 def rank_main(argv: list[str]) -> None:

@@ -194,13 +194,14 @@ class StillWaiting:
     process started alone (docs/running.md "several machines") has only these lines, so no wait of
     its is silent for longer than `every_s`. A wait that ends sooner says nothing."""
 
-    def __init__(self, what: str, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.what, self.every_s, self.clock = what, every_s, clock
+    def __init__(self, what: str, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.what, self.every_s, self.clock, self.say = what, every_s, clock, say or log.info
         self.start = self.said = clock()
 
     def tick(self, note: str = "") -> None:
         """Call on every pass of the wait's loop."""
         now = self.clock()
         if now - self.said >= self.every_s:
-            log.info(f"waiting for {self.what} ({now - self.start:.0f}s{'; ' + note if note else ''})")
+            self.say(f"waiting for {self.what} ({now - self.start:.0f}s{'; ' + note if note else ''})")
             self.said = now
