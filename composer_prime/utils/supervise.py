@@ -57,13 +57,19 @@ class Console:
                 sys.stdout.write(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
                 sys.stdout.flush()
 
-    def last_line(self, name: str, wait_s: float = 10.0) -> str:
-        """The last line `name` printed, once its output is drained."""
-        self.threads[name].join(wait_s)
+    def last_line(self, name: str) -> str:
+        """The last line `name` printed (its output drained: `stop` waits for that)."""
         return self.last[name][-1] if self.last[name] else "(it printed nothing)"
 
+    def drain(self, wait_s: float = 10.0) -> None:
+        """Wait until every process's output, to its end of file, is in its log: a process that exited can
+        still have its last lines (a shutdown traceback) in the pipe, which `rl` would otherwise leave unread."""
+        deadline = time.time() + wait_s
+        for thread in self.threads.values():
+            thread.join(max(0.0, deadline - time.time()))
 
-def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # > the vLLM engine's own 30 s shutdown
+
+def stop(procs: dict[str, subprocess.Popen], console: Console, grace_s: float = 45.0) -> None:  # > vLLM's own 30 s
     for p in procs.values():
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
@@ -76,6 +82,7 @@ def stop(procs: dict[str, subprocess.Popen], grace_s: float = 45.0) -> None:  # 
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+    console.drain()
 
 
 def _signal_name(number: int) -> str:
@@ -89,7 +96,7 @@ def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: 
     console.failed = name
     console.stopping.set()
     log.warning(f"{name} {why}; stopping the others (log: {log_path})")
-    stop(procs)
+    stop(procs, console)
     code = procs[name].returncode
     died = f"killed by {_signal_name(-code)}; its last line: " if code < 0 else ""
     print(f"{name}: {died}{console.last_line(name)}", file=sys.stderr, flush=True)
@@ -120,7 +127,7 @@ def _stalled(console: Console, procs: dict[str, subprocess.Popen], finish: set[s
     console.failed = verdict.blamed
     console.stopping.set()
     log.warning(f"{line}; stopping the run (continue it with --resume)")
-    stop(procs)
+    stop(procs, console)
     print(f"error: {line}; stopped (continue with --resume)", file=sys.stderr, flush=True)
     raise SystemExit(1)
 
@@ -158,6 +165,6 @@ def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env:
     except KeyboardInterrupt:
         console.stopping.set()
         log.warning("interrupted; stopping all processes")
-        stop(procs)
+        stop(procs, console)
         raise SystemExit(130) from None
-    stop(procs)
+    stop(procs, console)
