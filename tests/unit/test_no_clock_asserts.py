@@ -44,11 +44,16 @@ def clock_asserts(source: str) -> list[int]:
     return found
 
 
+# hand-made test sources the detector reads (text, not assertions of this file)
+TIMED = "assert out['wall_s'] < 30\nassert 3 <= seconds\nassert time.monotonic() - t0 < 9\n"
+TIMEOUT_TEST = "# a timeout test: 5x margin over a fast host\nassert elapsed < 15\n"
+DEADLINE_AND_COUNT = "assert p.poll() is None and time.monotonic() < deadline\nassert r['tokens'] > 0\n"
+MEASURED = "assert recorded(r['gen_s']) and r['wall_s'] == round(t, 1) and r['tokens_per_s'] > 0\n"
+
+
 def test_the_detector_finds_a_clock_assert_and_passes_a_timeout_test_with_its_margin():
-    assert clock_asserts("assert out['wall_s'] < 30\nassert 3 <= seconds\nassert time.monotonic() - t0 < 9\n") == [1, 2, 3]
-    assert clock_asserts("# a timeout test: 5x margin over a fast host\nassert elapsed < 15\n") == []
-    assert clock_asserts("assert p.poll() is None and time.monotonic() < deadline\nassert r['tokens'] > 0\n") == []
-    assert clock_asserts("assert recorded(r['gen_s']) and r['wall_s'] == round(t, 1) and r['tokens_per_s'] > 0\n") == []
+    assert clock_asserts(TIMED) == [1, 2, 3]
+    assert clock_asserts(TIMEOUT_TEST) == clock_asserts(DEADLINE_AND_COUNT) == clock_asserts(MEASURED) == []
 
 
 def test_no_test_asserts_how_long_anything_took():
