@@ -16,6 +16,9 @@ from composer_prime.utils.logs import setup
 from composer_prime.utils.proc import pin_cpus
 
 
+# what `rl` imports once for all the processes it forks (utils/prefork.py): the modules main() imports
+PRELOAD = ("composer_prime.inference.serve",)
+
 def main(argv: list[str] | None = None) -> None:
     setup("inference")
     cfg, dry_run = load_or_exit(InferenceConfig, sys.argv[1:] if argv is None else argv, checks.INFERENCE, ports=True)

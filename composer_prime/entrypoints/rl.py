@@ -23,7 +23,7 @@ from composer_prime.config.plan import Process, plan, plan_islands
 from composer_prime.entrypoints import checks
 from composer_prime.model.resolve import decoder_layers, resolve_model
 from composer_prime.transports import auth
-from composer_prime.utils import report_segments, run_dir
+from composer_prime.utils import prefork, report_segments, run_dir
 from composer_prime.utils.logs import setup
 from composer_prime.utils.report import metrics_rows, resumed_words, write_report
 from composer_prime.utils.proc import run_main
@@ -152,9 +152,12 @@ def main(argv: list[str] | None = None) -> None:
         if gone := run_dir.clear(where):
             log.info(f"--fresh: deleted {where}'s {', '.join(gone)}")
     make_keys(processes)
+    # the processes' environment, this one's too: torch reads OMP_NUM_THREADS when `preload` imports it
+    os.environ.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                       "TOKENIZERS_PARALLELISM": "false"})
     resolve_model(cfg.model)  # build once, before the processes race
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "TOKENIZERS_PARALLELISM": "false"}
+    prefork.preload(f"composer_prime.entrypoints.{e}" for e in sorted({p.entrypoint for p in processes}))
+    env = dict(os.environ)
     start = time.time()
     w = cfg.watchdog
     watch = Watch(run / "logs" / "watch", w.factor, w.floor_s, w.startup_s, w.first_batch_s, finish)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         report_segments.begin(where, found[-1][0] if found else None, ids.get(where), times, start)
     try:
         supervise({p.name: [sys.executable, "-m", f"composer_prime.entrypoints.{p.entrypoint}", "@", str(paths[p.name])]
-                   for p in processes}, run / "logs", finish, env, watch, w.on_stall == "wait")  # each named by PROCESS_ENV
+                   for p in processes}, run / "logs", finish, env, watch, w.on_stall == "wait")  # each named by PROCESS_ENV, forked
     finally:
         for where in wheres:
             report_segments.end(where)

@@ -29,6 +29,9 @@ from composer_prime.utils.proc import exit_with_parent, pin_cpus, run_main
 from composer_prime.utils.progress import StillWaiting
 
 
+# what `rl` imports once for all the processes it forks (utils/prefork.py): the modules main() imports
+PRELOAD = ("composer_prime.trainer.train",)
+
 def check_keys(cfg: TrainerConfig) -> None:
     """Refuse to start unprotected or without a key it will need: here, in one line, rather than from
     inside torchrun (whose report of a failed rank is many lines). Only node 0 receives and publishes."""

@@ -24,11 +24,12 @@ from collections import deque
 from pathlib import Path
 
 from composer_prime.utils.logs import PROCESS_ENV
-from composer_prime.utils.proc import die_with_parent
+from composer_prime.utils import prefork
 from composer_prime.utils.watch import GRACE_S, Watch, diagnose
 from composer_prime.utils.watchdog import WATCH_ENV
 
 log = logging.getLogger(__name__)
+Proc = subprocess.Popen | prefork.Forked
 
 
 class Console:
@@ -40,12 +41,12 @@ class Console:
         self.last: dict[str, deque[str]] = {}
         self.threads: dict[str, threading.Thread] = {}
 
-    def attach(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
+    def attach(self, name: str, proc: Proc, log_path: Path) -> None:
         self.last[name] = deque(maxlen=1)
         self.threads[name] = threading.Thread(target=self._pump, args=(name, proc, log_path), daemon=True)
         self.threads[name].start()
 
-    def _pump(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
+    def _pump(self, name: str, proc: Proc, log_path: Path) -> None:
         with log_path.open("a") as log:
             for line in proc.stdout:  # type: ignore[union-attr]
                 log.write(line)
@@ -69,7 +70,7 @@ class Console:
             thread.join(max(0.0, deadline - time.time()))
 
 
-def stop(procs: dict[str, subprocess.Popen], console: Console, grace_s: float = 45.0) -> None:  # > vLLM's own 30 s
+def stop(procs: dict[str, Proc], console: Console, grace_s: float = 45.0) -> None:  # > vLLM's own 30 s
     for p in procs.values():
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
@@ -92,7 +93,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: str, log_path: Path) -> None:
+def _fail(console: Console, procs: dict[str, Proc], name: str, why: str, log_path: Path) -> None:
     console.failed = name
     console.stopping.set()
     log.warning(f"{name} {why}; stopping the others (log: {log_path})")
@@ -103,7 +104,7 @@ def _fail(console: Console, procs: dict[str, subprocess.Popen], name: str, why: 
     raise SystemExit(2 if code == 2 else 1)  # 2: its own one-line verdict on what it was given (an environment)
 
 
-def _stalled(console: Console, procs: dict[str, subprocess.Popen], finish: set[str], watch: Watch, wait: bool) -> None:
+def _stalled(console: Console, procs: dict[str, Proc], finish: set[str], watch: Watch, wait: bool) -> None:
     """No process advanced within the limit: stacks from all, one line naming the innermost cause
     (utils/watch.py `diagnose`): a process stopped or stuck, or the outside call one waits on. A call
     with its own timeout is said and left to it; otherwise the run stops (or, told to wait, waits on)."""
@@ -143,14 +144,14 @@ def supervise(commands: dict[str, list[str]], logs: Path, finish: set[str], env:
             old.unlink()  # (its stacks stay: each file is named by its process's pid)
         env = {**env, WATCH_ENV: str(watch.where)}
     logs.mkdir(parents=True, exist_ok=True)
-    procs: dict[str, subprocess.Popen] = {}
+    procs: dict[str, Proc] = {}
     console = Console()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        for name, cmd in commands.items():
-            procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, PROCESS_ENV: name},
-                                           start_new_session=True, preexec_fn=die_with_parent())
-            console.attach(name, procs[name], logs / f"{name}.log")
+        for name, cmd in commands.items():  # all started before the console's threads: prefork forks only a single thread
+            procs[name] = prefork.start(cmd, {**env, PROCESS_ENV: name}, close=[p.stdout.fileno() for p in procs.values()])
+        for name, proc in procs.items():
+            console.attach(name, proc, logs / f"{name}.log")
         while True:
             time.sleep(0.5)
             if failed := [n for n, p in procs.items() if p.poll() not in (None, 0)]:
