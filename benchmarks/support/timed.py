@@ -6,6 +6,7 @@ several run side by side (support/runs.py); `run_timed` waits for one."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -17,14 +18,20 @@ import httpx
 from composer_prime.utils.logs import PROCESS_ENV
 from composer_prime.utils.proc import die_with_parent
 
+FORKED = re.compile(r"-m composer_prime\.entrypoints\.\w+ @ \S*/configs/([^/\s]+)\.toml")
+
 
 def process_name(pid: int) -> str:
-    """The name `rl` gave this process (its PROCESS_ENV), "" if none or gone."""
+    """The name `rl` gave this process, "" if none or gone: the config it runs (`-m composer_prime.entrypoints.X @
+    <output_dir>/configs/<name>.toml`, which a process `rl` forked shows as its command line while its /proc
+    environ stays `rl`'s own: utils/prefork.py), else its PROCESS_ENV (what its own children inherit: vLLM's engine)."""
     try:
+        if named := FORKED.search((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()):
+            return named.group(1)
         for item in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
             if item.startswith(f"{PROCESS_ENV}=".encode()):
                 return item.split(b"=", 1)[1].decode()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         pass
     return ""
 

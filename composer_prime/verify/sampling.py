@@ -72,7 +72,9 @@ def check(logits: torch.Tensor, tokens: list[int], claimed: list[float], params:
     drawn, _ = sample(z, temps, top_p, keys, counters, params.top_p < 1)
     far = draw_distance(z, temps, top_p, keys, counters, ids)
     trusted = torch.log_softmax(z / max(params.temperature, 1e-5), -1).gather(-1, ids[:, None]).squeeze(-1)
-    err = (trusted - torch.tensor(claimed)).abs().max().item() if n else 0.0
+    # float64: a claimed log-prob past float32's range (-3.4028236e38 passes the door as a finite float) would
+    # round to -inf there, the error to inf, and the answer's JSON to null, which the validator could not read
+    err = (trusted.double() - torch.tensor(claimed, dtype=torch.float64)).abs().max().item() if n else 0.0
     pmin, zscore = statistics(logits, ids, params) if n else (1.0, 0.0)
     return SamplingCheck(float(err), int((drawn != ids).sum()), float(far.max()) if n else 0.0, n, pmin, zscore,
                          trusted.tolist())

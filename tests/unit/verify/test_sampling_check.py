@@ -42,6 +42,14 @@ def test_another_seed_or_temperature_or_claimed_logprobs_disagree():
     assert abs(sampling.check(logits, ids, shifted, SamplingParams(), 7).logprob_max_err - 0.01) < 1e-5
 
 
+def test_a_claimed_logprob_past_float32s_range_is_a_finite_error():
+    """-3.4028235677973366e38 is a finite float the door lets through, and -inf in float32: the error must stay
+    a number the audit's JSON answer can carry (it was inf, sent as null: the validator raised, in a fuzz run)."""
+    logits, tokens, logprobs = draws(n=1)
+    c = sampling.check(logits, tokens.tolist(), [-3.4028235677973366e38], SamplingParams(), 7)
+    assert c.logprob_max_err == pytest.approx(3.4028235677973366e38 + logprobs.item(), rel=1e-12)
+
+
 def test_honest_draws_pass_the_statistics_and_picked_or_improbable_tokens_do_not():
     """Over 40 seeds of 64 draws each: n x min p-value never below 1e-3 and z within 4.5 (its
     honest spread); the likeliest token every time: z far below; one token no draw would give: a
