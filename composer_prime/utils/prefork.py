@@ -14,8 +14,9 @@ environment is what it reads and passes on (benchmarks name a forked process by 
 A fork copies only the thread that calls it: a lock another thread held would stay locked in the child
 forever. So a process is forked only while this one runs a single thread, native ones included (an
 OpenMP pool, a tokenizer's), and only on Linux, for a command `python -m M ...` whose `M` is imported;
-anything else (vLLM's server, a test's script) starts as `subprocess.Popen` did before. CUDA is never
-initialised here (importing torch does not), so a child may use the GPU.
+anything else (vLLM's server, a test's script) starts as `subprocess.Popen` did before. Nor where there is an
+NVIDIA device: the config's device checks ask torch whether CUDA is there, and that call alone leaves a forked
+child unable to use CUDA ("Cannot re-initialize CUDA in forked subprocess"); a GPU machine has the cores anyway.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import traceback
 from collections.abc import Iterable
 from typing import IO
 
-from composer_prime.utils.proc import die_with_parent, run_main
+from composer_prime.utils.proc import die_with_parent, has_gpu, run_main
 
 
 class Forked:
@@ -58,7 +59,10 @@ class Forked:
 
 def preload(entrypoints: Iterable[str]) -> None:
     """Import what each entrypoint module's process would import first (its `PRELOAD`), here, once.
-    The environment the children get is already this one's (OMP_NUM_THREADS above all: read when torch loads)."""
+    The environment the children get is already this one's (OMP_NUM_THREADS above all: read when torch loads).
+    Nothing where nothing will be forked (`forkable`): each process imports its own there, in parallel."""
+    if not sys.platform.startswith("linux") or has_gpu():
+        return
     for name in entrypoints:
         module = importlib.import_module(name)
         for heavy in getattr(module, "PRELOAD", ()):
@@ -70,7 +74,7 @@ def single_threaded() -> bool:
 
 
 def forkable(cmd: list[str]) -> bool:
-    return (sys.platform.startswith("linux") and len(cmd) >= 3 and cmd[:2] == [sys.executable, "-m"]
+    return (sys.platform.startswith("linux") and not has_gpu() and len(cmd) >= 3 and cmd[:2] == [sys.executable, "-m"]
             and hasattr(sys.modules.get(cmd[2]), "main") and single_threaded())
 
 

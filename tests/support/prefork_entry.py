@@ -11,6 +11,7 @@ import time
 from composer_prime.utils.proc import run_main
 
 FROM_PARENT = None  # set by the parent before it forks; a fresh interpreter would see None
+PRELOAD = ("tests.support.prefork_heavy",)
 
 
 def main(argv: list[str] | None = None) -> None:
