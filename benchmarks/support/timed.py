@@ -60,18 +60,22 @@ def tree_rss(root_pid: int) -> dict[str, int]:
 
 
 class Watch(threading.Thread):
-    """Every half second: the peak RSS of the run's process tree (`peak`), each named process's own
-    peak (`peaks`), and the last answer of `probe`."""
+    """Every half second the peak RSS of the run's process tree (`peak`) and each named process's own peak
+    (`peaks`); every tenth of a second the last answer of `probe` (a 2-step run can load its last weights
+    and stop within half a second: at that rate its /health was once last read before any load)."""
 
     def __init__(self, pid: int, probe=None) -> None:
         super().__init__(daemon=True)
         self.pid, self.probe, self.peak, self.peaks, self.last, self.done = pid, probe, 0, {}, {}, threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(0.5):
-            by_name = tree_rss(self.pid)
-            self.peak = max(self.peak, sum(by_name.values()))
-            self.peaks = {n: max(self.peaks.get(n, 0), by_name.get(n, 0)) for n in {*self.peaks, *by_name}}
+        tick = 0
+        while not self.done.wait(0.1):
+            tick += 1
+            if tick % 5 == 0:
+                by_name = tree_rss(self.pid)
+                self.peak = max(self.peak, sum(by_name.values()))
+                self.peaks = {n: max(self.peaks.get(n, 0), by_name.get(n, 0)) for n in {*self.peaks, *by_name}}
             if self.probe is not None:
                 try:
                     self.last = self.probe()
