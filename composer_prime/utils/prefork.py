@@ -8,8 +8,10 @@ starts each of its processes as a fork of itself (`start`): the child is what
 `python -m composer_prime.entrypoints.X @ its.toml` would have been (its environment, its command line in
 `ps`, a session of its own, death with its parent, stdout and stderr into one pipe, unbuffered, Python's
 own signal handlers) with the modules already there. The pages they share stay shared (copy on write).
-One thing differs: /proc/<pid>/environ is what the kernel recorded at exec, `rl`'s; the child's own
-environment is what it reads and passes on (benchmarks name a forked process by its command line).
+Two things differ: /proc/<pid>/environ is what the kernel recorded at exec, `rl`'s (the child's own
+environment is what it reads and passes on; benchmarks name a forked process by its command line); and
+every child ends as `proc.run_main` ends a process (its threads joined, its atexit handlers run: vLLM's
+stop among them), inference too, whose `python -m` end is the interpreter's ordinary one.
 
 A fork copies only the thread that calls it: a lock another thread held would stay locked in the child
 forever. So a process is forked only while this one runs a single thread, native ones included (an
