@@ -99,12 +99,13 @@ def tiny_model_dir() -> Path:
 
 def start_until_ready(cmd: list[str], probe, timeout_s: float = 240.0):
     """Start a server process and wait until `probe()` is true (connection errors count as not yet)."""
-    import subprocess
     import time
 
     import httpx
 
-    proc = subprocess.Popen(cmd, cwd=ROOT)
+    from tests.support import forkserver
+
+    proc = forkserver.Popen(cmd, cwd=ROOT)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:

@@ -88,15 +88,17 @@ def start(cmd: list[str], env: dict[str, str], close: Iterable[int] = ()) -> sub
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent())
     preexec = die_with_parent()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # else what this process had buffered would be written again by the child
+    flush_stdio()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             for fd in (read, *close):
                 os.close(fd)
-            _become(cmd, env, write, preexec)
+            os.setsid()
+            if preexec is not None:
+                preexec()
+            become(cmd, env, (0, write, write))
         except BaseException:  # noqa: BLE001 - nothing may return into the parent's code from here
             traceback.print_exc()
         os._exit(1)
@@ -104,14 +106,21 @@ def start(cmd: list[str], env: dict[str, str], close: Iterable[int] = ()) -> sub
     return Forked(pid, io.open(read, "r", errors="backslashreplace"))
 
 
-def _become(cmd: list[str], env: dict[str, str], out: int, preexec) -> None:
-    """In the child: turn into `cmd` as a fresh interpreter would start it, then run it (never returns)."""
-    os.setsid()
-    if preexec is not None:
-        preexec()
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
+def flush_stdio() -> None:
+    """Before a fork: else what this process had buffered would be written again by the child."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+
+
+def become(cmd: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> None:
+    """In a forked child: turn into `cmd` (`python -m M ...`, M imported) as a fresh interpreter would start it in
+    the working directory, with `stdio` as its descriptors 0, 1 and 2 (closed here unless they are those), then
+    run it; never returns."""
+    for target, fd in enumerate(stdio):
+        if fd != target:
+            os.dup2(fd, target)
+    for fd in set(stdio) - {0, 1, 2}:
+        os.close(fd)
     for name, fd, errors in (("stdout", 1, "strict"), ("stderr", 2, "backslashreplace")):  # as python -u makes them
         stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=getattr(sys, name).encoding,
                                   errors=errors, write_through=True)

@@ -3,7 +3,6 @@
 Servers here bind 0.0.0.0 (the case that needs protection); every request goes to 127.0.0.1."""
 
 import contextlib
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from composer_prime.transports.auth import TOKEN_FILE, curve_keys, make_keys
 from composer_prime.transports.batches.zmq import BatchReceiver, BatchSender
 from composer_prime.transports.weights import filesystem
 from tests.conftest import ROOT, free_port, start_until_ready
+from tests.support import forkserver
 
 
 def batch(step: int) -> Batch:
@@ -109,7 +109,7 @@ def test_vllm_server_address_is_not_configurable():
 ])
 def test_listening_beyond_loopback_without_keys_is_refused_in_one_line(tmp_path, entrypoint, args):
     args = [a.format(missing=tmp_path / "missing") for a in args]
-    r = subprocess.run([sys.executable, "-m", f"composer_prime.entrypoints.{entrypoint}", "--output_dir", str(tmp_path),
+    r = forkserver.run([sys.executable, "-m", f"composer_prime.entrypoints.{entrypoint}", "--output_dir", str(tmp_path),
                         *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "composer-prime keys make --out DIR" in r.stderr and "Traceback" not in r.stderr

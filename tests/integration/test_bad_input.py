@@ -10,12 +10,12 @@ the tools' `composer-prime traces|env` rows in test_bad_input_tools.py.)
 
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import free_port
+from tests.support import forkserver
 from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 
 OUT = {"rl": "--output_dir", "inference": "--output_dir", "orchestrator": "--output_dir", "trainer": "--output_dir",
@@ -193,4 +193,4 @@ def test_a_read_only_output_dir_is_refused_before_anything_is_written(tmp_path, 
         assert (base / "open" / "run" / "configs" / "trainer.toml").exists()  # the control did write
         assert list((base / "read-only").iterdir()) == []
     finally:
-        subprocess.run(["rm", "-rf", str(base)], check=True)
+        forkserver.run(["rm", "-rf", str(base)], check=True)

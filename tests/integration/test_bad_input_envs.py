@@ -5,7 +5,6 @@ starts; a traceback would be an exception here, not exit 2; the real `rl` comman
 is tried as a subprocess in test_bad_input.py and test_config_cli.py). (The rows of the other commands
 are in tests/integration/test_bad_input.py.)"""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from composer_prime.entrypoints.rl import resolve
 from composer_prime.hub.scaffold import scaffold
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 QUICKSTART = ["@", "configs/quickstart.toml", "--dry-run"]
 
@@ -71,7 +71,7 @@ def test_bad_environment_input_is_one_line_and_exit_2(row, envs, tmp_path, capsy
         return
     env = {"PYTHONPATH": f"{envs / 'asserting-env'}:{envs / 'needy-env'}", "PATH": "/usr/bin:/bin",
            "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", f"composer_prime.entrypoints.{entrypoint}", *argv], cwd=ROOT, env=env,
+    r = forkserver.run([sys.executable, "-m", f"composer_prime.entrypoints.{entrypoint}", *argv], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     err = r.stderr.strip()
     assert r.returncode == 2 and err.count("\n") == 0 and "Traceback" not in err, (r.returncode, r.stderr[-3000:])

@@ -10,7 +10,6 @@ channel's own checkpointed module must come back from the checkpoint with its co
 import json
 import os
 import random
-import subprocess
 import sys
 
 import pytest
@@ -23,6 +22,7 @@ from composer_prime.trainer.model import load_model
 from composer_prime.transports.batches.zmq import BatchSender
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 SPAN = [17, 230, 41, 99, 5, 311]
 STEPS = 10
@@ -58,7 +58,7 @@ def train(run, model_dir, batches: list[Batch], *flags: str) -> list[dict]:
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.trainer", "--model", str(model_dir), "--output_dir", str(run),
            "--max_steps", str(len(batches)), "--inference_urls", "[]", "--transport.address", address,
            "--optim.warmup_steps", "1", "--ckpt.keep_last", "1", *flags]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    proc = forkserver.Popen(cmd, cwd=ROOT, env=env)
     sender = BatchSender(address)
     try:
         for b in batches:

@@ -26,6 +26,7 @@ from composer_prime.orchestrator.pool import HttpNode
 from composer_prime.transports.batches.zmq import BatchReceiver
 from composer_prime.utils.net import free_port
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 CHOICE = {"token_ids": [5, 6], "logprobs": {"content": [{"token_id": 5, "logprob": -0.5}, {"token_id": 6, "logprob": -0.25}]},
           "finish_reason": "length", "weight_version": 3}
@@ -184,7 +185,7 @@ def test_the_orchestrator_stops_in_one_line_when_inference_is_gone(tmp_path, tin
     ready.wait(10)
     address = f"tcp://127.0.0.1:{free_port()}"
     receiver = BatchReceiver(address)
-    proc = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.orchestrator", "--output_dir", str(tmp_path),
+    proc = forkserver.Popen([sys.executable, "-m", "composer_prime.entrypoints.orchestrator", "--output_dir", str(tmp_path),
                              "--inference_urls", f'["{server.url()}"]', "--transport.address", address],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

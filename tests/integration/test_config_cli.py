@@ -17,10 +17,11 @@ from composer_prime.config import (
 from composer_prime.config.loader import parse_argv, validate
 from composer_prime.entrypoints.rl import resolve
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 
 def run_rl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", *args],
+    return forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
@@ -87,7 +88,7 @@ def test_dry_run_writes_configs_each_process_loads_alone(tmp_path, capsys, monke
 def test_shardcast_inference_without_the_trainer_key_is_refused(tmp_path):
     bad = tmp_path / "inference.toml"
     bad.write_text('[weight_broadcast]\ntype = "shardcast"\nservers = ["http://127.0.0.1:8200"]\n')
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.inference", "@", str(bad), "--dry-run"],
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.inference", "@", str(bad), "--dry-run"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "shardcast needs `servers` and the trainer's `public_key`" in r.stderr

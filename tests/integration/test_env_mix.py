@@ -1,13 +1,13 @@
 """Several environments in one run: exact batch shares, per-environment metrics, clear config errors."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from composer_prime.config import OrchestratorConfig
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 
 def test_batch_shares_are_exact_or_the_config_is_refused():
@@ -23,7 +23,7 @@ def test_batch_shares_are_exact_or_the_config_is_refused():
 
 def test_rl_mixes_a_single_turn_and_a_tool_environment(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/mix.toml", "--output_dir", str(run),
+    forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/mix.toml", "--output_dir", str(run),
                     "--max_steps", "2", "--inference.port", str(free_port()), "--transport.address",
                     f"tcp://127.0.0.1:{free_port()}", "--orchestrator.dynamic_sampling", "false"],
                    cwd=ROOT, check=True, timeout=600)

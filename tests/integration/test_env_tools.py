@@ -9,6 +9,7 @@ import pytest
 
 from composer_prime.entrypoints.cli import parser
 from tests.conftest import free_port
+from tests.support import forkserver
 
 
 def cli(*argv: str) -> int:
@@ -164,7 +165,7 @@ def test_a_scaffold_as_generated_validates_and_trains_two_rl_steps(tmp_path):
 
     def run(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": str(tmp_path / "fresh-env")}
-        r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        r = forkserver.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         assert r.returncode == 0, (argv[:3], r.stdout[-3000:], r.stderr[-3000:])
         return r
 

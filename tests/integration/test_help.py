@@ -19,6 +19,7 @@ from composer_prime.config.diloco import LighthouseConfig
 from composer_prime.config.help import Section, plugin_sections
 from composer_prime.entrypoints.cli import parser
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 ENTRYPOINTS = {"rl": RLConfig, "inference": InferenceConfig, "orchestrator": OrchestratorConfig,
                "trainer": TrainerConfig, "relay": RelayConfig, "sft": SFTConfig, "lighthouse": LighthouseConfig}
@@ -53,7 +54,7 @@ def flat(text: str) -> str:
 
 def run(*args: str) -> subprocess.CompletedProcess:
     # wide: argparse wraps a description at its hyphens ("feature-" / "deletion"), which flat() cannot join
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    return forkserver.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "COLUMNS": "1000"})
 
 

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from composer_prime.orchestrator.hints import (HintContext, LLMHinter)
+from tests.support import forkserver
 from tests.support.hint_cases import CALC, TURN, UNKNOWN, context
 
 
@@ -147,13 +148,12 @@ def test_llm_hinter_fails_soft_on_unusable_replies(server, mode):
 
 
 def test_bad_hint_config_is_a_one_line_config_error(tmp_path):
-    import subprocess
     import sys
 
     from tests.conftest import ROOT
 
     for flag, value, message in (("--orchestrator.distill.hints.templates", '{parse = "see {nope}"}', "unknown field {nope}"),
                                  ("--orchestrator.distill.hints.sources", '["llm"]', "needs llm_url and llm_model")):
-        r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+        r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
                             flag, value, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from composer_prime.model.tokenizer import build_tokenizer
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.support.bad_input import fill, listing, run_bad_input, scaffold
 from tests.support.gguf_file import tiny_llama, write_gguf
 
@@ -35,7 +36,7 @@ def source(tmp_path_factory):
 
 
 def model_cli(name: str, cache: Path) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "model", name], cwd=ROOT,
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "model", name], cwd=ROOT,
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "COMPOSER_PRIME_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-3000:]

@@ -20,6 +20,7 @@ from composer_prime.contract.inference import Completion
 from composer_prime.env_runtime.episode import FAULTS
 from composer_prime.orchestrator.orchestrator import Orchestrator
 from tests.conftest import ROOT, free_port, start_until_ready
+from tests.support import forkserver
 
 
 def orchestrator(model, out, env: dict, batch_size: int = 4) -> Orchestrator:
@@ -125,7 +126,7 @@ def test_a_stalled_step_or_an_observation_off_schema_is_dropped(tiny_model_dir, 
 
 
 def one_line(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return forkserver.run([sys.executable, "-m", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("env,message,runs", [

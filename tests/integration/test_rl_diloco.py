@@ -19,6 +19,7 @@ import time
 
 from composer_prime.utils.net import check_reachable
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.rl_runs import log_tails, rl_args, rows
 
 RL = [sys.executable, "-m", "composer_prime.entrypoints.rl"]
@@ -32,7 +33,7 @@ def test_two_islands_learn_and_sync_every_four_steps(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
     args = [*rl_args(run, "--max_steps", "40"), "@", "configs/diloco.toml", "--output_dir", str(run),
             "--diloco.lighthouse_port", str(free_port())]
-    r = subprocess.run([*RL, *args], cwd=ROOT, capture_output=True, text=True, timeout=1500,
+    r = forkserver.run([*RL, *args], cwd=ROOT, capture_output=True, text=True, timeout=1500,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:] + log_tails(run)
     for k in (0, 1):
@@ -55,13 +56,13 @@ def island_rl(run, k: int, lighthouse: str, steps: int) -> subprocess.Popen:
     args = [*rl_args(run, "--max_steps", str(steps)), "@", "configs/diloco.toml", "--output_dir", str(run),
             "--diloco.island", str(k), "--diloco.lighthouse", lighthouse, "--diloco.min_islands", "1",
             "--diloco.timeout_s", "10"]
-    return subprocess.Popen([*RL, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return forkserver.Popen([*RL, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
 
 
 def test_an_island_joining_late_heals_from_a_live_peer_then_both_commit(tmp_path, tiny_model_dir):
     port = free_port()
-    house = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.lighthouse", "--port", str(port),
+    house = forkserver.Popen([sys.executable, "-m", "composer_prime.entrypoints.lighthouse", "--port", str(port),
                               "--heartbeat_timeout_ms", "1000", "--join_timeout_ms", "500"], cwd=ROOT, start_new_session=True)
     lighthouse = f"127.0.0.1:{port}"
     # rl refuses a lighthouse nothing answers at ("start it first"): wait until it listens (a fresh clone's run on a

@@ -9,11 +9,11 @@ warm start's groups are all flat). With the trainer's teacher this reads the REA
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.shared_runs import NO_GUARDS, DistillRun, WarmStart
 
 STEPS = 3
@@ -49,7 +49,7 @@ def test_distill_loss_is_nonzero_in_every_step_with_error_sites_trainer_teacher(
 def test_distill_loss_is_nonzero_in_every_step_with_error_sites_inference_teacher(tmp_path, tool_calc_warm_start: WarmStart):
     """The inference server's prefill top-k log-probs as the teacher (the served policy: `current` in the trainer)."""
     run = tmp_path / "run"
-    rl = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
+    rl = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/tool-calc-distill.toml",
                          "--model", str(tool_calc_warm_start.model), "--output_dir", str(run), "--max_steps", str(STEPS),
                          "--inference.port", str(free_port()), "--transport.address", f"tcp://127.0.0.1:{free_port()}",
                          "--orchestrator.batch_size", "16", "--orchestrator.group_size", "4", "--orchestrator.eval.num_tasks", "4",

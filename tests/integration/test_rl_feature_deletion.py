@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 SUPPORT = ROOT / "environments" / "feature-deletion" / "tests" / "sandbox_support.py"
 CALLS = ['<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>',
@@ -30,7 +31,7 @@ def handmade_taskset(out):
 
 
 def run(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, **kw)
+    return forkserver.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900, **kw)
 
 
 def test_one_rl_step_on_feature_deletion(tmp_path, tiny_model_dir):

@@ -10,13 +10,13 @@ rollouts an evaluation at a reward near 0.25 leave about 0.03 of noise on the di
 why every eval task is used: a 32-task eval once saw +0.02 at 15 steps).
 """
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.readme_runs import bare_work_dir, run_commands
 from tests.support.rl_runs import log_tails, rows
 
@@ -36,7 +36,7 @@ def calc_agent(tmp_path_factory):
 
 def mixed_run(calc_agent: Path, run: Path, seed: int) -> tuple[dict, dict]:
     """The shipped config's run at `seed`, every per-run assertion on it; its first and last held-out evaluations."""
-    rl = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/openenv-mix.toml",
+    rl = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/openenv-mix.toml",
                          "--model", str(calc_agent), "--output_dir", str(run), "--max_steps", str(STEPS), "--seed", str(seed),
                          "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "200", "--inference.port", str(free_port()),
                          "--transport.address", f"tcp://127.0.0.1:{free_port()}"],

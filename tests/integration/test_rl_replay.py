@@ -7,12 +7,12 @@ trainer's FSDP path): at steps 0 and 4 it is the policy itself, so every margin 
 
 import json
 import math
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.replay_support import reverse_text_dataset
 
 
@@ -23,7 +23,7 @@ def rows(path):
 def test_rl_with_replayed_pairs(tmp_path, tiny_model_dir):
     dataset = reverse_text_dataset(tmp_path)
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
                         "--output_dir", str(run), "--max_steps", "8", "--inference.port", str(free_port()),
                         "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "32",
                         "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "8",

@@ -8,11 +8,11 @@ on the weights the trainer swapped into vLLM (a swap that drops the tied lm_head
 
 import math
 import os
-import subprocess
 import sys
 
 from composer_prime.utils.net import bind_error
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.rl_runs import log_tails, rows
 
 # k3 estimate of KL(trainer || vLLM) per token: 7.7e-9 and -1.5e-9 at steps 0 and 1 (2026-11-27, float32 on both
@@ -30,7 +30,7 @@ def test_two_synchronous_rl_steps_with_smollm2_are_on_policy(tmp_path):
            "--orchestrator.batch_size", "8", "--orchestrator.group_size", "4", "--orchestrator.sampling.max_tokens", "8",
            "--orchestrator.eval.num_tasks", "2", "--inference.port", str(port), "--transport.address",
            f"tcp://127.0.0.1:{free_port()}"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+    r = forkserver.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})  # as the breakdown benchmark ran it
     assert r.returncode == 0, f"{r.stderr[-2000:]}\n{log_tails(run)}"
     steps = rows(run / "trainer" / "metrics.jsonl")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.rl_runs import log_tails, rows
 
 RL = [sys.executable, "-m", "composer_prime.entrypoints.rl"]
@@ -26,7 +27,7 @@ def rl(run, *extra: str) -> subprocess.CompletedProcess:
     args = ["@", "configs/quickstart.toml", "--output_dir", str(run), "--inference.port", str(free_port()),
             "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.eval.num_tasks", "2",
             "--orchestrator.eval.interval", "100", "--trainer.ckpt.interval", "1", *extra]
-    return subprocess.run(RL + args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return forkserver.run(RL + args, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def markers(root, marker: str) -> dict[int, str | None]:
@@ -86,7 +87,7 @@ def test_a_used_run_directory_is_refused_fresh_starts_over_and_resume_continues_
 
 
 def test_a_seq_len_shorter_than_every_prompt_is_refused_by_the_dry_run(tmp_path):
-    r = subprocess.run(RL + ["@", "configs/quickstart.toml", "--seq_len", "8", "--output_dir", str(tmp_path), "--dry-run"],
+    r = forkserver.run(RL + ["@", "configs/quickstart.toml", "--seq_len", "8", "--output_dir", str(tmp_path), "--dry-run"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr.strip() == ("config error: seq_len: 8 leaves no room for a completion: reverse-text's shortest prompt "

@@ -2,7 +2,6 @@
 
 import json
 import random
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,7 @@ from composer_prime.model.warm_start import encode_example, pad_batch
 
 from composer_prime.trainer.sft import metrics_path
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 
 def examples(rng: random.Random, n: int) -> list[dict]:
@@ -44,7 +44,7 @@ def test_sft_lowers_held_out_loss_from_a_random_start(tmp_path):
     tok.save_pretrained(start)
     train, held_out = examples(random.Random(0), 256), examples(random.Random(1), 64)
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(e) + "\n" for e in train))
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", str(start), "--data",
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--model", str(start), "--data",
                         str(tmp_path / "train.jsonl"), "--output_dir", str(tmp_path / "out"), "--max_steps", "60",
                         "--lr", "1e-3", "--warmup_steps", "10"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -61,6 +61,6 @@ def test_sft_lowers_held_out_loss_from_a_random_start(tmp_path):
 def test_malformed_example_names_the_line(tmp_path):
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps(examples(random.Random(0), 1)[0]) + "\n" + '{"messages": [{"role": "user", "content": "x"}]}\n')
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(data), "--output_dir",
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(data), "--output_dir",
                         str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and f"{data}:2: not a chat example" in r.stderr and "Traceback" not in r.stderr

@@ -4,7 +4,6 @@ margins positive), measured against the same frozen reference the dataset's log-
 
 import json
 import math
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,7 @@ from composer_prime.traces.dataset import pair_logps
 from composer_prime.trainer.loss.dpo import dpo_loss
 from tests.conftest import ROOT
 from composer_prime.trainer.sft import metrics_path
+from tests.support import forkserver
 from tests.support.replay_support import reverse_text_dataset
 
 
@@ -36,7 +36,7 @@ def held_out_loss_and_accuracy(model_dir, rows) -> tuple[float, float]:
 def test_sft_dpo_prefers_chosen_on_unseen_pairs(tmp_path, tiny_model_dir):
     train = reverse_text_dataset(tmp_path / "train", n=120, seed=7)
     held = load_from_disk(str(reverse_text_dataset(tmp_path / "held", n=40, seed=8))).to_list()
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(train),
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(train),
                         "--model", "tiny", "--output_dir", str(tmp_path / "out"), "--max_steps", "12", "--batch_size", "8",
                         "--lr", "1e-4", "--warmup_steps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -53,7 +53,7 @@ def test_sft_dpo_prefers_chosen_on_unseen_pairs(tmp_path, tiny_model_dir):
 def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path):
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"prompt": []}\n')
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(bad),
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(bad),
                         "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not a dataset" in r.stderr, r.stderr
@@ -61,13 +61,13 @@ def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path):
     from datasets import Dataset
 
     Dataset.from_list([{"prompt": [], "chosen": [], "rejected": []}]).save_to_disk(str(dataset))
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(dataset), "--model", "tiny",
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(dataset), "--model", "tiny",
                         "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "train on it with --objective dpo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     unrenderable = tmp_path / "ds2"
     Dataset.from_list([{"prompt": [], "chosen": [], "rejected": [], "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}]
                       ).save_to_disk(str(unrenderable))
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(unrenderable),
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(unrenderable),
                         "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and f"{unrenderable}: pair 0: cannot be rendered" in r.stderr, r.stderr

@@ -28,6 +28,7 @@ import pytest
 from composer_prime.hub.scaffold import scaffold
 from composer_prime.utils.watch import proc_state
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.rl_runs import log_tails, rl_args, rows
 
 TIMEOUT_S = 600  # each run's, this file's only clock
@@ -77,7 +78,7 @@ def env_of(root: Path, calls: str, tmp_path: Path) -> dict[str, str]:
 
 def test_a_reward_that_never_returns_is_named_before_step_0_and_stops_the_run_in_one_line(hang_env, tmp_path):
     run = tmp_path / "run"
-    r = subprocess.run(rl(run, "--orchestrator.envs", '[{id="hang-env", call_timeout_s=25}]', "--watchdog.first_batch_s", "10"),
+    r = forkserver.run(rl(run, "--orchestrator.envs", '[{id="hang-env", call_timeout_s=25}]', "--watchdog.first_batch_s", "10"),
                        cwd=ROOT, env=env_of(hang_env, "all", tmp_path), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:] + log_tails(run)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
@@ -99,7 +100,7 @@ def test_hung_rewards_are_dropped_the_run_goes_on_and_a_stopped_inference_is_nam
              "--watchdog.floor_s", "12")
     stopped = None
     with out.open("w") as sink:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env_of(hang_env, "6,30", tmp_path), stdout=sink, stderr=subprocess.STDOUT)
+        proc = forkserver.Popen(cmd, cwd=ROOT, env=env_of(hang_env, "6,30", tmp_path), stdout=sink, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + TIMEOUT_S
             while len(rows(run / "orchestrator" / "metrics.jsonl")) < 4:  # steps 0..3: both hung calls behind them

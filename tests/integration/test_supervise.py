@@ -12,6 +12,7 @@ import pytest
 
 from composer_prime.utils.supervise import supervise
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 # its shutdown says a lot before the traceback: more than the pipe holds, so its last lines are still in the pipe
 # when it exits (a fresh clone's loaded run once read the log before they reached it)
@@ -69,7 +70,7 @@ def test_a_stopped_trainer_exits_quietly(tmp_path, tiny_model_dir):
     """torchrun turns SIGTERM into a SignalException traceback; the trainer entrypoint keeps it quiet."""
     out = tmp_path / "trainer.out"
     with out.open("w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.trainer",
+        proc = forkserver.Popen([sys.executable, "-m", "composer_prime.entrypoints.trainer",
                                  "--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "run"),
                                  "--transport.address", f"tcp://127.0.0.1:{free_port()}"],
                                 cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -98,7 +99,7 @@ ENDS = ("import atexit, sys, threading, time\n"
 def test_run_main_ends_with_main_s_code_after_its_threads_atexit_and_buffered_output(end, code, err):
     """utils/proc.run_main (each finishing process's entry) skips only the interpreter's teardown: the exit code,
     a SystemExit's message, a running non-daemon thread's last words, atexit handlers and unflushed output stay."""
-    r = subprocess.run([sys.executable, "-c", ENDS.format(end=end)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = forkserver.run([sys.executable, "-c", ENDS.format(end=end)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr) == (code, err)
     assert r.stdout == "unflushed thread doneatexit ran\n"
 
@@ -116,7 +117,7 @@ def test_a_process_stopped_by_a_signal_does_not_wait_on_a_thread_that_never_ends
             "    print('ready', flush=True)\n"
             "    signal.pause()\n"
             "run_main(main)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = forkserver.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
         proc.send_signal(signal.SIGTERM)

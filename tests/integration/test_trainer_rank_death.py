@@ -13,6 +13,7 @@ import psutil
 
 from composer_prime.utils.logs import PROCESS_ENV
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 
 def test_a_rank_killed_by_a_signal_is_one_logged_line_and_exit_137(tiny_model_dir, tmp_path):
@@ -20,7 +21,7 @@ def test_a_rank_killed_by_a_signal_is_one_logged_line_and_exit_137(tiny_model_di
     config.write_text(f'model = "{tiny_model_dir}"\noutput_dir = "{tmp_path / "run"}"\n'
                       f'[transport]\naddress = "tcp://127.0.0.1:{free_port()}"\n')
     env = os.environ | {PROCESS_ENV: "trainer-2", "OMP_NUM_THREADS": "1"}  # the name `rl` gives it wins, as in every log line
-    launcher = subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.trainer", "@", str(config), "--nproc", "2"],
+    launcher = forkserver.Popen([sys.executable, "-m", "composer_prime.entrypoints.trainer", "@", str(config), "--nproc", "2"],
                                 cwd=ROOT,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     guard = threading.Timer(240, launcher.kill)  # a launcher that never gets ready ends the read below, not the suite

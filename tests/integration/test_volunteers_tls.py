@@ -33,6 +33,7 @@ from composer_prime.volunteer.tls import cert_dir, ensure_cert, pinned_token, sp
 from composer_prime.volunteer.worker import Ejected, Worker
 from benchmarks.support import netem
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.support.bad_input import run_bad_input
 
 WEIGHTS = Directory("/run/weights")
@@ -124,12 +125,12 @@ def test_a_worker_given_an_https_pool_and_a_token_pinning_nothing_stops_before_a
 def test_a_pool_beyond_loopback_serves_tls_by_default_to_another_host(tmp_path):
     run_dir, port = tmp_path / "run", 8600  # the namespaces are new: nothing else listens there
     with netem.linked() as (prefix, addr, _):
-        pool = subprocess.Popen([*prefix[0], sys.executable, "-m", "tests.support.tls_pool", "serve", str(run_dir), "0.0.0.0",
+        pool = forkserver.Popen([*prefix[0], sys.executable, "-m", "tests.support.tls_pool", "serve", str(run_dir), "0.0.0.0",
                                  str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             said = pool.stdout.readline().split()
             assert len(said) == 2, pool.stderr.read()[-3000:] if pool.wait(30) is not None else said
-            probe = subprocess.run([*prefix[1], sys.executable, "-m", "tests.support.tls_pool", "probe", addr[0], str(port),
+            probe = forkserver.run([*prefix[1], sys.executable, "-m", "tests.support.tls_pool", "probe", addr[0], str(port),
                                     split_token(said[1])[1]], cwd=ROOT, capture_output=True, text=True, timeout=60)
         finally:
             pool.kill()

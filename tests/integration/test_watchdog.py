@@ -20,6 +20,7 @@ import sys
 import time
 
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.support.rl_runs import log_tails, rl_args, rows
 
 STEPS, HANG_AT, HANG_AGAIN_AT, FLOOR_S = 8, 4, 2, 12
@@ -46,7 +47,7 @@ def test_hangs_in_native_code_and_in_python_are_found_named_stopped_or_waited_on
            "--trainer.loss.plugins", '["hang_once:HangOnce"]', "--watchdog.floor_s", str(FLOOR_S), "--watchdog.factor", "5",
            "--watchdog.first_batch_s", str(FLOOR_S)]
 
-    hung = subprocess.run(cmd, cwd=ROOT, env={**env, "HANG_ONCE": str(tmp_path / "hung"), "HANG_AT": str(HANG_AT),
+    hung = forkserver.run(cmd, cwd=ROOT, env={**env, "HANG_ONCE": str(tmp_path / "hung"), "HANG_AT": str(HANG_AT),
                                                "HANG_IN": "native"}, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert hung.returncode == 1, hung.stdout[-2000:] + hung.stderr[-2000:] + log_tails(run)
     line = hung.stderr.strip().splitlines()[-1]
@@ -66,7 +67,7 @@ def test_hangs_in_native_code_and_in_python_are_found_named_stopped_or_waited_on
 
     release, out = tmp_path / "release", tmp_path / "resumed.out"
     with out.open("w") as sink:
-        resumed = subprocess.Popen(cmd + ["--resume", "--watchdog.on_stall", "wait"], cwd=ROOT, stdout=sink,
+        resumed = forkserver.Popen(cmd + ["--resume", "--watchdog.on_stall", "wait"], cwd=ROOT, stdout=sink,
                                    stderr=subprocess.STDOUT, text=True,
                                    env={**env, "HANG_ONCE": str(tmp_path / "hung2"), "HANG_AT": str(HANG_AGAIN_AT),
                                         "HANG_UNTIL": str(release)})

@@ -9,12 +9,12 @@ tests read those results (test_bench_gpu_check.py). test_every_benchmark_is_run_
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 BENCHMARKS = ROOT / "benchmarks"
 FIXTURE = ROOT / "environments" / "feature-deletion" / "tests" / "fixtures" / "minilib"
@@ -102,7 +102,7 @@ def run(case: str, tmp_path: Path, python: Path | str = sys.executable, environ:
     results, scratch = tmp_path / "not-yet" / "results", tmp_path / "not-yet" / "outputs"
     cmd = [str(python), str(BENCHMARKS / f"{name}.py"), *SMALLEST[case](), "--results", str(results)]
     cmd += ["--work", str(scratch)] if name in SCRATCH else []
-    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500,
+    r = forkserver.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500,
                        env={**(os.environ if environ is None else environ), "OMP_NUM_THREADS": "1", **env})
     assert r.returncode == 0, f"{' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}"
     return json.loads((results / f"{name}.json").read_text())

@@ -21,6 +21,7 @@ from composer_prime.transports.weights.shardcast.manifest import load_or_create_
 from composer_prime.transports.weights.shardcast.origin import Origin
 
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 
 SHARD = 64 * 1024
 
@@ -71,7 +72,7 @@ class RelayProc:
         self.port = free_port()
         self.dir = tmp / name
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
+        self.proc = forkserver.Popen(
             [sys.executable, "-m", "composer_prime.entrypoints.relay", "--upstream", ",".join(upstream),
              "--public_key", key, "--port", str(self.port), "--data_dir", str(self.dir), "--poll_wait_s", "5"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

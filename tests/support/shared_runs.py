@@ -36,6 +36,7 @@ from composer_prime.contract.volunteer import node_id
 from composer_prime.utils.net import check_reachable
 from composer_prime.volunteer.keys import load_or_make
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.readme_runs import bare_work_dir, run_commands, small_rl
 from tests.support.rl_runs import log_tails
 
@@ -97,7 +98,7 @@ def reachable(address: str) -> bool:
 def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
     """The run, in `tmp`, at `seed` (the tests' thresholds were set from seeds 0, 1 and 2)."""
     run, pool_port, origin_port = tmp / "run", free_port(), free_port()
-    rl = subprocess.Popen(
+    rl = forkserver.Popen(
         [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "@", "configs/volunteers.toml",
          "--inference_replicas", "2", "--seed", str(seed), "--output_dir", str(run), "--max_steps", str(RELAY_STEPS),
          "--inference.port", str(free_port()), "--weight_broadcast.port", str(origin_port),
@@ -110,16 +111,16 @@ def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
         time.sleep(0.5)
     keys = {name: load_or_make(tmp / f"{name}.key") for name in ("honest0", "honest1", "cheat")}
     for name in keys:  # the README's invite, one per volunteer (the cheat's revoked when it is ejected)
-        subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "invite", name, "--run", str(run),
+        forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "invite", name, "--run", str(run),
                         "--out", str(tmp / f"{name}.token")], cwd=ROOT, check=True, capture_output=True)
 
     def flags(name: str) -> list[str]:
         return ["--join", f"http://127.0.0.1:{pool_port}", "--token_file", str(tmp / f"{name}.token"),
                 "--key_path", str(tmp / f"{name}.key"), "--work_dir", str(tmp / name), "--device", "cpu",
                 "--concurrency", "4"]  # dtype: the run's
-    workers = {name: subprocess.Popen([sys.executable, "-m", "composer_prime.entrypoints.worker", *flags(name)], cwd=ROOT,
+    workers = {name: forkserver.Popen([sys.executable, "-m", "composer_prime.entrypoints.worker", *flags(name)], cwd=ROOT,
                                       stderr=subprocess.PIPE, text=True) for name in ("honest0", "honest1")}
-    workers["cheat"] = subprocess.Popen([sys.executable, "-m", "tests.support.dishonest_worker", "OtherWeights", *flags("cheat")],
+    workers["cheat"] = forkserver.Popen([sys.executable, "-m", "tests.support.dishonest_worker", "OtherWeights", *flags("cheat")],
                                         cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         assert rl.wait(timeout=1500) == 0, log_tails(run)
