@@ -21,7 +21,7 @@ PY = [sys.executable, "-m"]
 
 
 @pytest.fixture(autouse=True)
-def served(monkeypatch):
+def serving(monkeypatch):
     monkeypatch.delenv(forkserver.OFF, raising=False)  # these tests are of the server: it serves here
 
 
@@ -32,7 +32,7 @@ def stat(pid: int) -> list[str]:
 def test_a_bad_config_exits_2_with_its_one_line_on_stderr_and_nothing_on_stdout(tmp_path):
     r = forkserver.run([*PY, "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "--max_steps", "-5",
                         "--output_dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert forkserver._server is not None and forkserver._server.ok  # served, not exec'd
+    assert forkserver.served[-1][2] == "composer_prime.entrypoints.rl"  # served, not exec'd
     assert (r.returncode, r.stdout) == (2, "") and len(r.stderr.strip().splitlines()) == 1 and "max_steps" in r.stderr
 
 
@@ -40,7 +40,9 @@ def test_a_served_server_is_a_fork_of_the_server_in_its_own_session_and_dies_by_
     port = free_port()
     cmd = [*PY, "composer_prime.entrypoints.inference", "--model", str(tiny_model_dir), "--engine", "hf", "--port", str(port),
            "--output_dir", str(tmp_path / "out")]
-    proc = forkserver.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    # what an in-process test's logs.setup leaves in the environment: read at import, yet no reason to exec
+    env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    proc = forkserver.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         assert proc._server is forkserver._server and proc._server is not None
@@ -65,15 +67,17 @@ def test_a_served_server_is_a_fork_of_the_server_in_its_own_session_and_dies_by_
             pytest.fail("the served inference server never answered /health")
         os.killpg(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=60) == -signal.SIGKILL
+        assert "Loading weights" not in first + proc.stdout.read()  # transformers' bars off, as an exec'd one has them
     finally:
         proc.kill()
 
 
 def test_what_the_server_cannot_be_is_exec_d(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # a plugin on the path: imported modules would not see it
+    before = len(forkserver.served)
     r = forkserver.run([*PY, "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "--max_steps", "-5",
                         "--output_dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 2
+    assert r.returncode == 2 and len(forkserver.served) == before
     for args, kwargs in (([*PY, "composer_prime.entrypoints.rl", "--help"], {"env": env}),
                          ([*PY, "composer_prime.entrypoints.cli", "--help"], {}),
                          ([sys.executable, "-c", "pass"], {})):

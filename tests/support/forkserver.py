@@ -36,13 +36,19 @@ from composer_prime.utils.proc import die_with_parent, has_gpu
 
 HEAVY = tuple(f"composer_prime.entrypoints.{name}" for name in
               ("rl", "inference", "trainer", "orchestrator", "sft", "worker", "relay"))
-IMPORT_TIME = ("PYTHON", "HF_", "TRANSFORMERS_", "TORCH", "OMP_", "MKL_", "CUDA", "VLLM_", "LD_")
+# read when the modules are imported, so a child must agree with the server on them to be served
+IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONSAFEPATH", "PYTHONWARNINGS", "HF_HOME",
+               "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME",
+               "TORCH_HOME", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH")
+# the environment the tests begin with (tests/conftest.py's), not whatever a test had set when one first asked:
+# an in-process test's logs.setup adds HF_HUB_DISABLE_PROGRESS_BARS, a monkeypatched HF_HOME comes and goes
+BASELINE = dict(os.environ)
 READY = b"ready\n"
 OFF = "COMPOSER_PRIME_TESTS_EXEC"  # =1: every command exec'd, as before the server (to compare, or to debug)
 
 
-def _import_time(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+def _import_time(env: dict[str, str]) -> dict[str, str | None]:
+    return {name: env.get(name) for name in IMPORT_TIME}
 
 
 class _Server:
@@ -53,9 +59,10 @@ class _Server:
         self.path = str(self.dir / "socket")
         root = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.forkserver", self.path], cwd=root,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, preexec_fn=die_with_parent())
+                                     env=BASELINE, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     preexec_fn=die_with_parent())
         self.ok = self.proc.stdout.readline() == READY  # type: ignore[union-attr]
-        self.env = _import_time(dict(os.environ))
+        self.env = _import_time(BASELINE)
         atexit.register(self.proc.kill)
 
     def serves(self, args: list[str], env: dict[str, str]) -> bool:
@@ -63,6 +70,7 @@ class _Server:
 
 
 _server: _Server | None = None
+served: list[list[str]] = []  # the commands this process had forked, in order (test_forkserver reads it)
 _server_lock = threading.Lock()
 
 
@@ -101,6 +109,7 @@ class Popen(subprocess.Popen):
             socket.send_fds(self._conn, [json.dumps(request).encode()], stdio)
             self.pid = json.loads(self._conn.recv(4096))["pid"]
             self._child_created = True
+            served.append(request["args"])
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
@@ -152,6 +161,8 @@ def run(*popenargs, input=None, capture_output: bool = False, timeout: float | N
 
 def serve(path: str) -> None:
     """The server: import, then fork a watcher per request; the watcher forks the child and reports on it."""
+    # every entrypoint sets this before it imports transformers (utils/logs.setup: no weight-loading bars)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     prefork.preload(HEAVY)
     assert prefork.single_threaded(), "a fork server must run one thread"
     import signal
