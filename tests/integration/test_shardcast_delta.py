@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from composer_prime.transports.weights.shardcast.client import COUNTS
 from tests.support.shardcast_helpers import downloader, make_step, origin, relays, same_files  # noqa: F401
 
 
@@ -26,6 +27,7 @@ def test_a_node_holding_the_previous_step_fetches_only_the_delta(tmp_path, origi
     assert m2.delta.size * 3 <= m2.total_size  # every weight moved by 1e-4 here; real trainer steps: see benchmarks/broadcast.py
 
     dl = downloader(tmp_path, [origin.url], origin.public_key)
+    assert dict(dl.stats) == dict.fromkeys(COUNTS, 0)  # stats.json names every count, a zero too (none refused here)
 
     async def go():
         await dl.fetch(1, tmp_path / "got" / "step_1")

@@ -1,8 +1,9 @@
 """The tests' `python -m composer_prime.entrypoints.X ...` processes, forked from one that imported their modules once.
 
-Why: a test that starts `rl` pays 7.3 s of CPU importing torch, transformers and verifiers before anything
-runs (2-core CPU, 2026-11-28), a directly started inference server or trainer about 4; the suite starts
-well over a hundred of them. `rl` itself forks its processes from what it imported (utils/prefork.py); this
+Why: a test that starts `rl` pays about 6 s of CPU importing torch, transformers and verifiers before anything
+runs, a directly started inference server or trainer about 4; the suite starts well over a hundred of them. A
+2-step quickstart costs 10.0 s of CPU exec'd and 4.6 s served (three runs each, `OMP_NUM_THREADS=1` as the
+tests set it, 2-core CPU, 2026-11-28). `rl` itself forks its processes from what it imported (utils/prefork.py); this
 does the same one level up. Each pytest worker starts one fork server (`python -m tests.support.forkserver`:
 `prefork.preload` of every heavy entrypoint, then a loop on a Unix socket in a private directory), on
 first use. `Popen` and `run` are drop-ins for subprocess's: for a command this serves, the server forks a
@@ -44,6 +45,7 @@ IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONSAFEPATH", "
 # an in-process test's logs.setup adds HF_HUB_DISABLE_PROGRESS_BARS, a monkeypatched HF_HOME comes and goes
 BASELINE = dict(os.environ)
 READY = b"ready\n"
+LOG = "COMPOSER_PRIME_TESTS_FORKLOG"  # a file: a line per command of HEAVY's, served or exec'd (to see which)
 OFF = "COMPOSER_PRIME_TESTS_EXEC"  # =1: every command exec'd, as before the server (to compare, or to debug)
 
 
@@ -82,7 +84,11 @@ def _served(args: object, env: dict[str, str] | None) -> _Server | None:
     with _server_lock:
         if _server is None:
             _server = _Server()
-    return _server if _server.serves(args, dict(os.environ) if env is None else env) else None
+    server = _server if _server.serves(args, dict(os.environ) if env is None else env) else None
+    if log := os.environ.get(LOG):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {'served' if server else 'exec'} {args[2]} {_server.ok} {_server.proc.poll()}\n")
+    return server
 
 
 class Popen(subprocess.Popen):

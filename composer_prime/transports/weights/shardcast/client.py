@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 MARKER = "STABLE"  # the same marker the filesystem broadcast writes last
 REBUILT = "payload.bin"  # a payload rebuilt from a delta, kept as the next delta's base
+COUNTS = ("steps", "bytes", "resumed", "delta_steps", "delta_failed", "bad_signature", "bad_shard", "failed_request")
 
 
 class DownloadError(Exception):
@@ -61,7 +62,8 @@ class Downloader:
         self.concurrency, self.rounds = concurrency, rounds
         self.timeout = aiohttp.ClientTimeout(sock_connect=5.0, sock_read=timeout_s)
         self._http: aiohttp.ClientSession | None = None  # made in the event loop that uses it
-        self.stats: Counter[str] = Counter()  # bad_signature, bad_shard, failed_request, bytes, resumed, steps
+        # every count from the start, zeros too: stats.json's readers find each key whether or not it happened
+        self.stats: Counter[str] = Counter(dict.fromkeys(COUNTS, 0))
 
     @property
     def http(self) -> aiohttp.ClientSession:
