@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,7 +68,7 @@ class _Server:
         self.env = _import_time(BASELINE)
         atexit.register(self.proc.kill)
 
-    def serves(self, args: list[str], env: dict[str, str]) -> bool:
+    def serves(self, env: dict[str, str]) -> bool:
         return self.ok and self.proc.poll() is None and _import_time(env) == self.env
 
 
@@ -84,7 +85,7 @@ def _served(args: object, env: dict[str, str] | None) -> _Server | None:
     with _server_lock:
         if _server is None:
             _server = _Server()
-    server = _server if _server.serves(args, dict(os.environ) if env is None else env) else None
+    server = _server if _server.serves(dict(os.environ) if env is None else env) else None
     if log := os.environ.get(LOG):
         with open(log, "a") as f:
             f.write(f"{os.getpid()} {'served' if server else 'exec'} {args[2]} {_server.ok} {_server.proc.poll()}\n")
@@ -171,8 +172,6 @@ def serve(path: str) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     prefork.preload(HEAVY)
     assert prefork.single_threaded(), "a fork server must run one thread"
-    import signal
-
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the watchers are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
