@@ -4,6 +4,7 @@ margins positive), measured against the same frozen reference the dataset's log-
 
 import json
 import math
+import re
 import sys
 
 import pytest
@@ -12,9 +13,10 @@ from datasets import load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from composer_prime.traces.dataset import pair_logps
+from composer_prime.config import ConfigError
 from composer_prime.trainer.loss.dpo import dpo_loss
 from tests.conftest import ROOT
-from composer_prime.trainer.sft import metrics_path
+from composer_prime.trainer.sft import metrics_path, read_jsonl, read_pairs
 from tests.support import forkserver
 from tests.support.replay_support import reverse_text_dataset
 
@@ -50,26 +52,27 @@ def test_sft_dpo_prefers_chosen_on_unseen_pairs(tmp_path, tiny_model_dir):
     assert after < before - 0.02 and acc_after > 0.8, (before, after, acc_before, acc_after)
 
 
-def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path):
+def test_dpo_on_a_file_that_is_not_a_dataset_is_one_line(tmp_path, tiny_model_dir):
+    """One process shows the command's refusal (exit 2, one line, nothing written); the other two refusals are
+    `read_jsonl`'s and `read_pairs`' ConfigError, called here as `train` calls them before anything is written
+    (the same one_line_errors turns each into that one line and exit 2)."""
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"prompt": []}\n')
     r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(bad),
                         "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not a dataset" in r.stderr, r.stderr
-    dataset = tmp_path / "ds"
+    assert not (tmp_path / "out").exists()
     from datasets import Dataset
 
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = tmp_path / "ds"
     Dataset.from_list([{"prompt": [], "chosen": [], "rejected": []}]).save_to_disk(str(dataset))
-    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--data", str(dataset), "--model", "tiny",
-                        "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "train on it with --objective dpo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    with pytest.raises(ConfigError, match="train on it with --objective dpo"):
+        read_jsonl(dataset, tok)  # `sft --data <pairs dataset>` without --objective dpo
     unrenderable = tmp_path / "ds2"
     Dataset.from_list([{"prompt": [], "chosen": [], "rejected": [], "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}]
                       ).save_to_disk(str(unrenderable))
-    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.sft", "--objective", "dpo", "--data", str(unrenderable),
-                        "--model", "tiny", "--output_dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2 and f"{unrenderable}: pair 0: cannot be rendered" in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=re.escape(f"{unrenderable}: pair 0: cannot be rendered")) as e:
+        read_pairs(unrenderable, tok)
+    assert "\n" not in str(e.value)
