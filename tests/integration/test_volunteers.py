@@ -268,9 +268,14 @@ def test_an_ejected_worker_stops_and_cannot_join_again(trusted, tmp_path):
     run(trusted, tmp_path, body, heartbeat_s=0.3)
 
 
-def test_a_wrong_token_or_a_broken_key_is_one_line_exit_2(trusted, tmp_path):
+def test_a_wrong_token_or_a_broken_key_is_one_line_exit_2(trusted, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tests.support import forkserver
     from tests.support.bad_input import run_bad_input
 
+    # the worker forked by the fork server, not exec'd (its exit code and streams are the same: test_forkserver.py)
+    monkeypatch.setattr("tests.support.bad_input.subprocess", SimpleNamespace(run=forkserver.run))
     (tmp_path / "broken.key").write_text("not a key")
 
     async def body(client, pool):
