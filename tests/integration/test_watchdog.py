@@ -46,10 +46,10 @@ def stalled(line: str, where: str, run) -> None:
 def test_hangs_in_native_code_and_in_python_are_found_named_stopped_or_waited_on_and_resumed(tmp_path):
     run = tmp_path / "run"
     watch = run / "logs" / "watch"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGIN.parent), str(ROOT)])}
+    env = dict(os.environ)  # the plug-in by its module under the repository (the runs' cwd): forked, not exec'd
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl",
            *rl_args(run, "--max_steps", str(STEPS), "--trainer.ckpt.interval", "2", *SMALL),
-           "--trainer.loss.plugins", '["hang_once:HangOnce"]', "--watchdog.floor_s", str(FLOOR_S), "--watchdog.factor", "5",
+           "--trainer.loss.plugins", '["tests.plugins.hang_once:HangOnce"]', "--watchdog.floor_s", str(FLOOR_S), "--watchdog.factor", "5",
            "--watchdog.first_batch_s", str(FLOOR_S)]
 
     hung = forkserver.run(cmd, cwd=ROOT, env={**env, "HANG_ONCE": str(tmp_path / "hung"), "HANG_AT": str(HANG_AT),
