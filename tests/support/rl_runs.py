@@ -25,14 +25,19 @@ def log_tails(run: Path) -> str:
     return "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted((run / "logs").glob("*.log")))
 
 
-def probe(url: str, model_dir: Path) -> tuple[list[int], list[float]]:
-    """One seeded request to an inference server: its tokens and their log-probs (compared before and after training)."""
+def probe_ids(model_dir: Path) -> list[int]:
+    """The prompt `probe` sends, as token ids (to score its answer under other weights)."""
     from transformers import AutoTokenizer
 
     from composer_prime.utils.chat import encode_chat
 
-    ids = encode_chat(AutoTokenizer.from_pretrained(model_dir),
-                      [{"role": "system", "content": "Reverse the letters."}, {"role": "user", "content": "h g c"}])
+    return encode_chat(AutoTokenizer.from_pretrained(model_dir),
+                       [{"role": "system", "content": "Reverse the letters."}, {"role": "user", "content": "h g c"}])
+
+
+def probe(url: str, model_dir: Path) -> tuple[list[int], list[float]]:
+    """One seeded request to an inference server: its tokens and their log-probs (compared before and after training)."""
+    ids = probe_ids(model_dir)
     r = httpx.post(f"{url}/inference/v1/generate", timeout=60,
                    json={"token_ids": ids, "sampling_params": {"max_tokens": 12, "temperature": 1.0, "seed": 5}})
     choice = r.json()["choices"][0]
