@@ -113,13 +113,16 @@ def faulty():
     proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("reply,reason", [
-    ('<tool_call>{"name": "slow", "arguments": {"seconds": 5}}</tool_call>', "timeout"),
-    ('<tool_call>{"name": "odd", "arguments": {}}</tool_call>', "schema"),
+# step_timeout_s: the stalled case waits it out 8 times, so half a second there (any call it cuts is a timeout all
+# the same); the schema case's calls must all answer within it: a second, as before
+@pytest.mark.parametrize("reply,reason,step_timeout_s", [
+    ('<tool_call>{"name": "slow", "arguments": {"seconds": 5}}</tool_call>', "timeout", 0.5),
+    ('<tool_call>{"name": "odd", "arguments": {}}</tool_call>', "schema", 1.0),
 ])
-def test_a_stalled_step_or_an_observation_off_schema_is_dropped(tiny_model_dir, tmp_path, faulty, reply, reason):
-    o = orchestrator(tiny_model_dir, tmp_path, {"id": "faulty", "url": faulty, "sessions": 2, "step_timeout_s": 1.0},
-                     batch_size=2)
+def test_a_stalled_step_or_an_observation_off_schema_is_dropped(tiny_model_dir, tmp_path, faulty, reply, reason,
+                                                                step_timeout_s):
+    o = orchestrator(tiny_model_dir, tmp_path, {"id": "faulty", "url": faulty, "sessions": 2,
+                                                "step_timeout_s": step_timeout_s}, batch_size=2)
     [info] = steps(o, Policy(o.tok, reply))
     # every episode fails at its first call; the step draws its group again, 8 times at most, and goes on empty
     assert dropped(info) == {reason: 2 * 8} and info["groups"] == 8 and info["rollouts"] == 0 and info["empty_batch"] == 1
