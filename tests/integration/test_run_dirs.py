@@ -1,4 +1,5 @@
-"""A run directory knows which run wrote it (issue 46), with real `rl` runs of the quickstart (a few steps each):
+"""A run directory knows which run wrote it (issue 46), with real `rl` runs of the quickstart (a few steps each, of
+2 groups of 8 and 2 held-out tasks: what is asserted is the directory's bookkeeping, not the batches):
 
 - a second run into a used output_dir is refused in one line before any process starts, and so is a
   `--resume` of a finished run (the issue's `steps 150..150, done`, then an orchestrator waiting forever);
@@ -26,7 +27,8 @@ RL = [sys.executable, "-m", "composer_prime.entrypoints.rl"]
 def rl(run, *extra: str) -> subprocess.CompletedProcess:
     args = ["@", "configs/quickstart.toml", "--output_dir", str(run), "--inference.port", str(free_port()),
             "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.eval.num_tasks", "2",
-            "--orchestrator.eval.interval", "100", "--trainer.ckpt.interval", "1", *extra]
+            "--orchestrator.eval.interval", "100", "--trainer.ckpt.interval", "1",
+            "--orchestrator.batch_size", "16", *extra]  # 2 groups of 8: only the directory's bookkeeping is asserted
     return forkserver.run(RL + args, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
