@@ -76,19 +76,26 @@ def env_of(root: Path, calls: str, tmp_path: Path) -> dict[str, str]:
             "HANG_UNTIL": str(tmp_path / "release")}
 
 
+# The first-batch limit must not fire while the held-out evaluation generates (its 4 rollouts, before the hung reward
+# calls: about 1 s at load 24 on the 2 cores, 2026-11-28: 5x that), and the calls' own timeout must outlast the limit and
+# the watchdog's line (written the second the limit passed, same run): 10 s after it, where it was 15 (25 and 10).
+FIRST_BATCH_S, CALL_TIMEOUT_S = 5, 15
+
+
 def test_a_reward_that_never_returns_is_named_before_step_0_and_stops_the_run_in_one_line(hang_env, tmp_path):
     run = tmp_path / "run"
-    r = forkserver.run(rl(run, "--orchestrator.envs", '[{id="hang-env", call_timeout_s=25}]', "--watchdog.first_batch_s", "10"),
+    r = forkserver.run(rl(run, "--orchestrator.envs", f'[{{id="hang-env", call_timeout_s={CALL_TIMEOUT_S}}}]',
+                          "--watchdog.first_batch_s", str(FIRST_BATCH_S)),
                        cwd=ROOT, env=env_of(hang_env, "all", tmp_path), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-2000:] + log_tails(run)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert re.fullmatch(
         r"orchestrator: error: every rollout of hang-env in the held-out evaluation timed out \(4 of 4\): hang-env's "
-        rf"reward function did not return in 25 s \(task \d+\): stuck in {re.escape(place(hang_env))} \(a reward "
+        rf"reward function did not return in {CALL_TIMEOUT_S} s \(task \d+\): stuck in {re.escape(place(hang_env))} \(a reward "
         r"that is only slow needs a larger call_timeout_s\)", last), last
     said = (run / "logs" / "watchdog.log").read_text()  # the first-batch limit, before the call's own timeout
-    assert re.search(rf"\(the limit: 10 s, for the first steps: watchdog.first_batch_s\); orchestrator waiting \d+ s on "
+    assert re.search(rf"\(the limit: {FIRST_BATCH_S} s, for the first steps: watchdog.first_batch_s\); orchestrator waiting \d+ s on "
                      rf"hang-env's reward function \({re.escape(place(hang_env))}\) \(its own timeout ends it in \d+ s\)",
                      said), said
     assert not rows(run / "trainer" / "metrics.jsonl")  # nothing trained
