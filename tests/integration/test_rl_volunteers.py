@@ -3,16 +3,22 @@ two honest `uv run worker` processes and one dishonest worker (its weights 1% of
 join it at run time (the session's `relay_run`, tests/support/shared_runs.py). Reward rises; the
 honest workers' completions are validated, reach the trainer with log-probs it agrees with, and are
 trained on; they are never ejected; the dishonest one is ejected at its second rejection, its process
-stops with one line, its invite is revoked, and not one rollout it sampled a turn of reaches a batch."""
+stops with one line, its invite is revoked, and not one rollout it sampled a turn of reaches a batch.
 
+The same run's weights through SHARDCAST: trainer origin -> one relay -> two inference servers (this
+file's second test, once test_rl_shardcast.py: one file, so the run is made by the first test, alone,
+and read by the second without waiting a second time for the machine to itself)."""
+
+import json
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.support.rl_runs import rows
-from tests.support.shared_runs import RelayRun
+from tests.support.shared_runs import RELAY_STEPS, RelayRun
 
 # Measured on this run at seeds 0, 1 and 2 (2026-11-27, 2-core CPU, loaded): held-out +0.080, +0.090, +0.070;
 # mismatch_kl at most 8.1e-4, 1.6e-3, 6.0e-3 on steps with volunteers' rollouts (median 7.8e-4 at ea7ca28). The
@@ -64,3 +70,29 @@ def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
 
     evals = [r for r in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in r]
     assert evals[-1]["eval_version"] == len(steps) and evals[-1]["eval_reward"] > evals[0]["eval_reward"] + RISE, evals
+
+
+# Not `alone`: the test above made the run (a file's tests run in order on one worker); this one only reads it.
+def test_rl_learns_with_weights_through_a_relay_to_two_inference_servers(relay_run: RelayRun):
+    run = relay_run.run
+    configs = {p.stem: tomllib.loads(p.read_text()) for p in (run / "configs").glob("*.toml")}
+    assert sorted(configs) == ["inference-0", "inference-1", "orchestrator", "relay-0", "trainer"]
+    relay_url = f"http://127.0.0.1:{configs['relay-0']['port']}"
+    for name in ("inference-0", "inference-1"):
+        wb = configs[name]["weight_broadcast"]
+        assert wb["type"] == "shardcast" and wb["servers"] == [relay_url] and wb["public_key"] == str(run / "keys" / "trainer.ed25519.pub")
+        stats = json.loads((run / f"inference-{configs[name]['port']}" / "stats.json").read_text())
+        assert stats["loaded_step"] == RELAY_STEPS and stats["refused_steps"] == 0, stats  # the last step reached both servers
+    assert configs["relay-0"]["upstream"] == [f"http://127.0.0.1:{relay_run.origin_port}"]
+    assert (run / "keys" / "trainer.ed25519").stat().st_mode & 0o777 == 0o600  # made by rl at launch
+    assert len((run / "keys" / "trainer.ed25519.pub").read_text().strip()) == 64
+    mirrored = (run / "relay-0" / "distribution.txt").read_text().splitlines()
+    assert mirrored and mirrored[-1].split(":")[0] == f"v{RELAY_STEPS}", mirrored  # the relay served the last step
+
+    trainer = rows(run / "trainer" / "metrics.jsonl")
+    assert [t["step"] for t in trainer] == list(range(RELAY_STEPS))
+    evals = [x for x in rows(run / "orchestrator" / "metrics.jsonl") if "eval_reward" in x]
+    assert evals[0]["eval_version"] == 0 and evals[-1]["eval_version"] == RELAY_STEPS  # learning: the test above
+    # Retention follows the async window: the origin lists only the last keep_last steps.
+    listed = (run / "shardcast" / "distribution.txt").read_text().splitlines()
+    assert [ln.split(":")[0] for ln in listed] == [f"v{s}" for s in range(RELAY_STEPS - 2, RELAY_STEPS + 1)]

@@ -5,8 +5,8 @@ read the same run (`once`). A run that failed fails its every reader with the sa
 - `relay_run`: the volunteers' quickstart (`rl @ configs/quickstart.toml @ configs/volunteers.toml`, the
   README's command) with two trusted inference servers pulling every step through one SHARDCAST relay,
   two honest `uv run worker` processes and one dishonest worker (its weights 1% off the run's) joining at
-  run time. Read by test_rl_volunteers.py (the pool) and test_rl_shardcast.py (the relay): one 50-step
-  run where there were two runs of 30 and 50 steps.
+  run time. Read by test_rl_volunteers.py's two tests (the pool; the relay, once test_rl_shardcast.py):
+  one 50-step run where there were two runs of 30 and 50 steps.
 - `tool_calc_warm_start`: the README's hint self-distillation warm start (tool-calc demonstrations with
   wrong calls, then `sft`), run as the README types it with 120 steps in place of 800. Read by
   test_readme.py (the README's `rl` command after it) and test_rl_distill.py (both distill teachers).
