@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 DOCKERFILE = (ROOT / "infra/docker/Dockerfile").read_text()
@@ -21,8 +22,9 @@ IMAGE = re.search(r"docker build -f infra/docker/Dockerfile -t (\S+) \.", DOCKER
 
 
 def entry(name: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """The entrypoint `name` as `python -m` runs it (forked from the tests' fork server where it serves that module)."""
     module = SCRIPTS[name].split(":")[0]
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True)
+    return forkserver.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_k8s_containers_run_our_entrypoints_on_resolved_configs(tmp_path):
