@@ -55,7 +55,8 @@ def run_commands(commands: Sequence[tuple[str, Callable[[], list[str]]]], work: 
 # per sequence: the README's commands (verbatim, up to any comment), then what a test run appends. The distill
 # sequence is the session's `tool_calc_warm_start` and `tool_calc_distill_run` (shared_runs.py).
 SEQUENCES = {
-    "quickstart": [("uv run rl @ configs/quickstart.toml", small_rl)],
+    # quickstart and shardcast: 2 groups of 8 a step (the config's 128 rollouts: nothing asserted of them)
+    "quickstart": [("uv run rl @ configs/quickstart.toml", lambda: [*small_rl(), "--orchestrator.batch_size", "16"])],
     "config": [("uv run rl @ configs/quickstart.toml --trainer.optim.lr 3e-5 --max_steps 50 --dry-run", list),
                ("uv run rl --help", list)],
     "mix": [("uv run rl @ configs/mix.toml", lambda: [*small_rl(), "--orchestrator.batch_size", "32"])],
@@ -68,7 +69,7 @@ SEQUENCES = {
             ("uv run composer-prime env publish environments/my-env", list)],
     "traces": [("uv run composer-prime traces ingest tests/fixtures/traces --out outputs/traces.jsonl", list)],
     "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
-                   lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "32"])],
+                   lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "16"])],
     # the sdist comes from PyPI at test time (as test_generate's real-sdist test); two attacks, not fifteen
     "feature-deletion": [
         ("uv run composer-prime env build-tasks feature-deletion --source pypi:inflection==0.5.1 --out outputs/tasks/inflection",
