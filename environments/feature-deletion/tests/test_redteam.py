@@ -3,17 +3,19 @@ caches of the original planted in it as a careless generator would leave them: e
 cheating agent drives a real session through its tools and is scored by score_task. Each must
 score 0 because of the defence named for it (read from the score's details), with a control
 showing that the attack works where that defence is off, and the host must be left untouched;
-the honest agent scores exactly 1.0. Other layouts: test_layouts.py."""
+the honest agent scores exactly 1.0. The denials of service run in a thread beside the others (they
+mostly wait for their timeouts). Other layouts: test_layouts.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from feature_deletion.redteam import audit_task
+from feature_deletion.redteam import Outcome, audit_task
 from feature_deletion.redteam_controls import ATTACKS
 from feature_deletion.scoring import ScoreConfig, score_task
 from sandbox_support import HANDMADE_TASK, REDTEAM_LIMITS as LIMITS, REDTEAM_TIMEOUTS as TIMEOUTS, write_tree
@@ -21,10 +23,25 @@ from sandbox_support import HANDMADE_TASK, REDTEAM_LIMITS as LIMITS, REDTEAM_TIM
 quiet = lambda m: None  # noqa: E731
 
 
+# The denials of service spend most of their time waiting for a timeout (TIMEOUTS: the session's run
+# and the scoring run, each): they are audited in a second thread beside the other attacks, each audit
+# on its own copy of the task with its own honest and untouched runs. That costs one more honest and
+# untouched run (about 2 s of CPU) and saves their wall: 47 s of the audit's 193 s in one thread
+# (fork_bomb 19.7, memory_hog 8.9, infinite_loop 18.4; 2-core machine, loaded, 2026-11-28).
+DOS = ("fork_bomb", "memory_hog", "infinite_loop")
+
+
 @pytest.fixture(scope="module")
-def outcomes(minilib_built: Path) -> dict:
+def audits(minilib_built: Path) -> list[list[Outcome]]:
     task_dir = sorted((minilib_built / "tasks").iterdir())[0]
-    return {o.attack: o for o in audit_task(task_dir, list(ATTACKS), LIMITS, TIMEOUTS, log=quiet)}
+    parts = [[a for a in ATTACKS if a not in DOS], list(DOS)]
+    with ThreadPoolExecutor(len(parts)) as pool:
+        return list(pool.map(lambda attacks: audit_task(task_dir, attacks, LIMITS, TIMEOUTS, log=quiet), parts))
+
+
+@pytest.fixture(scope="module")
+def outcomes(audits: list[list[Outcome]]) -> dict:
+    return {o.attack: o for audit in audits for o in audit[1:]}
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -33,8 +50,8 @@ def test_attack_scores_zero_for_its_defence_with_a_working_control(outcomes, att
     assert (o.score, o.stopped_by, o.ok) == (0.0, ATTACKS[attack].defence, True), o.problem
 
 
-def test_honest_agent_scores_one(outcomes) -> None:
-    assert (outcomes["honest"].score, outcomes["honest"].ok) == (1.0, True)
+def test_honest_agent_scores_one(audits) -> None:
+    assert [(a[0].attack, a[0].score, a[0].ok) for a in audits] == [("honest", 1.0, True)] * len(audits)
 
 
 def test_a_zero_from_a_crash_is_not_a_stop(handmade_taskset: Path, tmp_path: Path) -> None:
