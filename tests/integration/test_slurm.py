@@ -1,7 +1,7 @@
 """infra/slurm/rl.sbatch and islands.sbatch under a real SLURM: infra/slurm/local_cluster.py starts munged,
 slurmctld and three slurmd (n1..n3 on this host) for the module, and the shipped scripts are submitted
 unchanged, with only environment variables (no IMAGE: the project's venv instead of a container) and rl
-flags after the config that keep the runs short. rl.sbatch twice: its trainer step cancelled mid-run
+flags after the config that keep the runs short (2 held-out tasks, 4 groups of 8 a step: the plumbing only). rl.sbatch twice: its trainer step cancelled mid-run
 (`scancel <job>.<step>`: the job ends in one line naming it), then the same script with `--resume`
 continuing from the checkpoint to the end. islands.sbatch: two islands and the lighthouse as one job,
 both islands committing their syncs together. No skip: CI installs slurm-wlm and munge (.ci/run), and a
@@ -80,7 +80,8 @@ def test_rl_sbatch_cancelled_step_ends_the_job_in_one_line_and_resume_finishes_o
     env, d = slurm
     out = tmp_path / "run"
     env = job_env(env, out)
-    config = ["infra/slurm/rl.sbatch", "configs/quickstart.toml", "--orchestrator.eval.num_tasks", "2"]
+    config = ["infra/slurm/rl.sbatch", "configs/quickstart.toml", "--orchestrator.eval.num_tasks", "2",
+              "--orchestrator.batch_size", "32"]
     # 1. a long run, its trainer step cancelled once a checkpoint is written
     first_log = tmp_path / "first.out"
     job = submit(env, first_log, *config, "--max_steps", "1000", "--trainer.ckpt.interval", "2")
@@ -128,7 +129,8 @@ def test_islands_sbatch_runs_two_islands_and_the_lighthouse_as_one_job_committin
     log = tmp_path / "job.out"
     # H = 4 and 2 fragments: a sync every 2 steps, each fragment's once in 4
     job = submit(env, log, "--nodes=2", "infra/slurm/islands.sbatch", "configs/quickstart.toml", "--max_steps", "4",
-                 "--diloco.sync_every", "4", "--orchestrator.eval.num_tasks", "2", "--inference.port", env["INFERENCE_PORT"],
+                 "--diloco.sync_every", "4", "--orchestrator.eval.num_tasks", "2", "--orchestrator.batch_size", "32",
+                 "--inference.port", env["INFERENCE_PORT"],
                  "--transport.address", f"tcp://127.0.0.1:{env['TRANSPORT_PORT']}")
     wait_for_job(env, job)
     text = log.read_text() if log.exists() else ""
