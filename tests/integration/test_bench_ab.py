@@ -1,29 +1,46 @@
 """benchmarks/distill_ab.py and replay_ab.py end to end at their smallest settings (tests/support/bench_runs.py);
-their runs side by side (benchmarks/support/runs.py); --device cuda refused where there is no GPU."""
+their runs side by side (benchmarks/support/runs.py); --device cuda refused where there is no GPU.
 
+distill_ab runs in replay_ab's scratch directory: the two share their warm start (support/ab.warm_start) and their
+GRPO arm (the same command), which it reuses (a finished run with the same command, support/ab.rl_runs), and runs
+its distill arm alone; two arms at once are replay_ab's (ran_at_once)."""
+
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.support.bench_runs import BENCHMARKS, ran_at_once, run
 
 
-def test_distill_ab(tmp_path):
-    out = run("distill_ab", tmp_path)
+@pytest.fixture(scope="module")
+def replay_ab(tmp_path_factory) -> tuple[dict, Path]:
+    """replay_ab at its smallest; its results JSON and its scratch directory (its student and its runs)."""
+    tmp = tmp_path_factory.mktemp("replay-ab")
+    return run("replay_ab", tmp), tmp / "not-yet" / "outputs"
+
+
+def test_distill_ab(replay_ab, tmp_path):
+    scratch = replay_ab[1]
+    grpo = json.loads((scratch / "grpo-s0" / "ab-wall.json").read_text())
+    out = run("distill_ab", tmp_path, scratch=scratch)
     assert set(out["runs"]) == {"grpo", "grpo+distill"}
     for arm in out["runs"].values():
         assert [e["step"] for e in arm["0"]] == [0, 1]  # held-out at the start and after the one step
     assert set(out["summary"]["grpo+distill"]) >= {"final_tool_error_rate", "ratio_over_grpo", "target_met"}
     records = out["run_records"]
-    assert [(r["name"], r["status"]) for r in records] == [("grpo-s0", "ok"), ("grpo+distill-s0", "ok")]
-    ran_at_once(records)
+    # the GRPO arm replay_ab ran, reused with its recorded wall time; the distill arm run here, from the same student
+    assert [(r["name"], r["status"]) for r in records] == [("grpo-s0", "reused"), ("grpo+distill-s0", "ok")]
+    command = json.loads((scratch / "grpo+distill-s0" / "ab-command.json").read_text())
+    assert {k: records[0][k] for k in grpo} == grpo and command[command.index("--model") + 1] == str(scratch / "agent")
     assert (out["device"], out["parallel"], out["model"]) == ("cpu", 2, "tiny") and out["machine"] and out["commit"]
-    assert out["wall"]["run_wall_s"]["runs"] == [r["wall_s"] for r in records]
+    assert out["wall"]["run_wall_s"]["runs"] == [records[1]["wall_s"]]  # the runs made here: reused ones left out
 
 
-def test_replay_ab(tmp_path):
-    out = run("replay_ab", tmp_path)
+def test_replay_ab(replay_ab):
+    out = replay_ab[0]
     assert set(out["runs"]) == {"grpo", "grpo+replay-dpo"} and list(out["teachers"]) == ["sft+1", "sft+2", "sft+3"]
     for model in [*out["teachers"].values(), out["student"]]:  # greedy and sampled, on the held-out questions
         assert all(0 <= model[k]["reward"] <= 1 and 0 <= model[k]["tool_error_rate"] <= 1 for k in ("greedy", "sampled"))

@@ -38,26 +38,32 @@ def sources_file(*sources: Path) -> Path:
 # the breakdown's rl flags: 2 groups of 4, 8 new tokens, 2 held-out tasks
 SMALL_RL = ("--orchestrator.batch_size 8 --orchestrator.group_size 4 --orchestrator.sampling.max_tokens 8 "
             "--orchestrator.eval.num_tasks 2")
+# the A/Bs' rl flags, every arm's: 2 groups of 4, 2 held-out tasks; no share cap (replay_ab): the student's groups on
+# its one step may all be flat (an empty rl batch, of which any capped share is no pair); the cap is pinned in
+# tests/unit/orchestrator/test_replay_step.py (distill_ab's arms have no replay: the flag does nothing there)
+AB_RL = ("--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4 "
+         "--orchestrator.replay.max_share 1")
 # each also gets --results and, where it has scratch files (SCRATCH), --work
 SMALLEST = {
     "broadcast": lambda: ["--sizes", "1", "--clients", "1", "--repeats", "1", "--delta-steps", "3"],
-    # its two arms at once (--parallel 2)
+    # its two arms at once (--parallel 2); test_distill_ab runs it in replay_ab's scratch, where the warm start and the
+    # GRPO arm (the same command: these rl flags are AB_RL too) are reused and its distill arm alone runs
     "distill_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "1", "--demos", "16", "--parallel", "2", "--rl-flags",
-                           "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4"],
+                           AB_RL],
     # every stage once: 4 SFT runs, 8 recorded steps replayed twice, a dataset, 1 step per arm. The
-    # student learns 16 demonstrations for 60 steps so that its greedy teachers (1-3 steps further)
-    # agree with each other, and its sampled steps give pairs. The two arms at once (--parallel 2).
-    "replay_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "60", "--demos", "16", "--teacher-steps", "1,2,3",
-                          "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--parallel", "2", "--rl-flags",
-                          "--orchestrator.eval.num_tasks 2 --orchestrator.batch_size 8 --orchestrator.group_size 4 "
-                          # no share cap: the student's groups on its one step may all be flat (an empty rl batch, of
-                          # which any capped share is no pair); the cap is pinned in tests/unit/orchestrator/test_replay_step.py
-                          "--orchestrator.replay.max_share 1"],
+    # student learns 16 demonstrations for 20 steps at lr 3e-3 so that its greedy teachers (1-3 steps further)
+    # agree with each other, and its sampled steps give pairs: 8 pairs of 8 states (its --prepare-only), as at 60 steps
+    # of lr 1e-3 and at 30 of 2e-3 (2-core machine, loaded, 2026-11-28); the test needs one.
+    # The two arms at once (--parallel 2).
+    "replay_ab": lambda: ["--seeds", "0", "--steps", "1", "--sft-steps", "20", "--sft-lr", "3e-3", "--demos", "16",
+                          "--teacher-steps", "1,2,3",
+                          "--record-steps", "1", "--states", "8", "--eval-tasks", "2", "--parallel", "2", "--rl-flags", AB_RL],
     "feature_deletion": lambda: ["--sources", str(sources_file(FIXTURE)), "--max-tasks", "1", "--jobs", "1", "--skip-redteam"],
-    # 4 steps: the time breakdown leaves out the first 3 (start-up) and needs one after them
-    # --steps 4 is the budget; --budget 900 only a timeout, 30x the 30 s the run takes on a fast host
-    "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "4", "--batch", "16",
-                       "--eval-every", "2", "--eval-tasks", "2", "--no-overlap"],
+    # 2 steps: the time breakdown (utils/report.time_breakdown) skips fewer start-up steps in a run this short and
+    # reads the second (one step, as at 4); the weights after each step evaluated (--eval-every 1: 3 points).
+    # --steps 2 is the budget; --budget 900 only a timeout, 30x the 30 s a run of 4 steps took on a fast host
+    "vs_trl": lambda: ["--seeds", "0", "--engines", "hf", "--budget", "900", "--steps", "2", "--batch", "16",
+                       "--eval-every", "1", "--eval-tasks", "2", "--no-overlap"],
     # the tiny model instead of SmolLM2-135M's shape; two batches to see one row each; 16 tokens, so that
     # generate's 15 steps (its time at 16 tokens less its time at 1) stand above a loaded machine's noise
     "real_model": lambda: ["--device", "cpu", "--result", "decode", "--model", "tiny", "--batches", "1,2", "--prompt-len", "8",
@@ -70,11 +76,12 @@ SMALLEST = {
     # one rl run with two islands syncing the whole model after its one step (H = 1: the baseline)
     "diloco": lambda: ["--parts", "bytes", "--sync-every", "1", "--fragments", "1"],
     # the learning result's machinery on the quickstart (not SmolLM2: its start-up alone takes 1.5 minutes), on a budget
-    # of 4 steps (not minutes: a host twice as slow still runs them all), two seeds at once (--parallel 2)
+    # of 2 steps (not minutes: a host twice as slow still runs them all), evaluated every step on 4 held-out tasks,
+    # batches of 16 (the curve's plumbing: no rise is asserted), two seeds at once (--parallel 2)
     "real_model:learning": lambda: ["--device", "cpu", "--result", "learning", "--config", str(ROOT / "configs/quickstart.toml"),
-                                     "--seeds", "0,1", "--parallel", "2", "--max-steps", "4", "--rl-flags",
-                                     "--orchestrator.eval.interval 2 --orchestrator.eval.num_tasks 16 "
-                                     "--orchestrator.batch_size 32"],
+                                     "--seeds", "0,1", "--parallel", "2", "--max-steps", "2", "--rl-flags",
+                                     "--orchestrator.eval.interval 1 --orchestrator.eval.num_tasks 4 "
+                                     "--orchestrator.batch_size 16"],
     # one batch of 8 per system and one repeat, the tiny model as it is (no warm start)
     "openenv": lambda: ["--steps", "1", "--batch", "8", "--repeats", "1", "--sft-steps", "0"],
     # every step of the GPU check at its smallest, on the CPU: the machinery a GPU run uses (time boxes, logs, JSON);
@@ -93,13 +100,15 @@ SCRATCH = {"broadcast", "distill_ab", "replay_ab", "vs_trl", "feature_deletion",
            "diloco", "volunteers", "gpu_check", "orchestrator_ceiling"}  # take --work
 
 
-def run(case: str, tmp_path: Path, python: Path | str = sys.executable, environ: dict | None = None, **env: str) -> dict:
+def run(case: str, tmp_path: Path, python: Path | str = sys.executable, environ: dict | None = None,
+        scratch: Path | None = None, **env: str) -> dict:
     """Run one benchmark (a key of SMALLEST) with `python` (another environment's: `environ`, its whole environment),
-    `env` added to its environment; returns its results JSON."""
+    `env` added to its environment, its scratch files in `scratch` (default: a directory not made yet, beside its
+    results; another run's, to reuse what that run finished); returns its results JSON."""
     name = case.split(":")[0]
     work = tmp_path / "cwd"
     work.mkdir()
-    results, scratch = tmp_path / "not-yet" / "results", tmp_path / "not-yet" / "outputs"
+    results, scratch = tmp_path / "not-yet" / "results", scratch or tmp_path / "not-yet" / "outputs"
     cmd = [str(python), str(BENCHMARKS / f"{name}.py"), *SMALLEST[case](), "--results", str(results)]
     cmd += ["--work", str(scratch)] if name in SCRATCH else []
     r = forkserver.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500,
