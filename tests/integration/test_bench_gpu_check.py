@@ -14,7 +14,10 @@ The honest minimum is several minutes, on the 2-core machine (2026-11-28; no tes
 torch from PyPI), the documented pip install 60 s, pip check 2 s, the check 2 min 49 s; in this file at load 12 to
 20, the node 5 min 49 s (venv and torch 24 s, pip install 226 s, pip check 7 s, toploc install 93 s: the wheel built
 once, its import check and the environment's bytecode) and the check 5 min 41 s. The first run on a machine also
-builds TOPLOC's wheel from the wheelhouse's sdist: 4 minutes quiet, 10 loaded."""
+builds TOPLOC's wheel from the wheelhouse's sdist: 4 minutes quiet, 10 loaded, and compiles the node's torch
+(node_env.node_torch: 20 s of CPU), which each node's toploc install had compiled again (22 s of wall at load 4, with
+2 workers). Since, at load 4 to 8: the node 60 s (venv and torch 5 s, pip install 46 s, pip check 1 s, toploc install
+8 s), and the check 2 min 6 s while the load fell from 20 to 3."""
 
 import json
 import re

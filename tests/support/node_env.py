@@ -3,7 +3,9 @@ into which docs/install.md's node lines install the wheelhouse (`composer-prime 
 
 What stands in for the node's image: `python3.12 -m venv` (pip inside, as a CUDA image's Python has it) and
 PyPI's torch for 3.12 at the lock's version (its CUDA build, which runs on a CPU: the CPU index is not
-reachable from this machine kind), installed by uv from its cache. Then, with no uv on PATH (a node has
+reachable from this machine kind), its bytecode compiled as an image's pip leaves it (`node_torch`: installed
+by uv into the cache once a machine, hardlinked into each node's site-packages; uncompiled, the documented
+`toploc install` compiled all of torch again every session). Then, with no uv on PATH (a node has
 none) and the wheelhouse beside it, docs/install.md's own lines, read from the page: `python3 -m pip install
 --no-index --find-links wheelhouse 'composer-prime[gguf]'`, `python3 -m pip check`, `composer-prime toploc
 install --wheels wheelhouse`.
@@ -109,14 +111,39 @@ def toploc_wheel(python: Path, torch: str, sdist: Path) -> Path:
     return wheel
 
 
+def link_or_copy(src: str, dst: str) -> None:
+    """A hard link to `src` at `dst`, or a copy where they are on different file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def node_torch(python: str, torch: str) -> Path:
+    """A site-packages tree holding PyPI's torch `torch` (and what it needs) for `python`, its bytecode compiled, as an
+    image's pip leaves it; built once a machine in the cache (uv, from its own cache) and hardlinked into each node."""
+    tag = "cp" + sh([python, "-c", "import sys; print(*sys.version_info[:2], sep='')"], "python").strip()
+    uv = shutil.which("uv") or pytest.fail("uv is not on PATH")
+
+    def build(tmp: Path) -> None:
+        sh([uv, "pip", "install", "-q", "--python", python, "--target", str(tmp / "site"), "--compile-bytecode",
+            f"torch=={torch}"], "the node's own torch")
+        shutil.rmtree(tmp / "site" / "bin", ignore_errors=True)  # console scripts naming this build's path
+        (tmp / "READY").write_text(torch)
+
+    return built_once(cache_root() / "node-torch" / f"torch{torch}-{tag}", build) / "site"
+
+
 def install_node(wheelhouse: Path, root: Path) -> Node:
     """The stand-in node at `root`, the wheelhouse installed into it by docs/install.md's lines."""
     node = Node(root / "node" / "bin" / "python3", root)
     start = time.monotonic()
-    sh([python312(), "-m", "venv", str(root / "node")], "the node's Python")
-    torch = lock_torch()
-    uv = shutil.which("uv") or pytest.fail("uv is not on PATH")
-    sh([uv, "pip", "install", "-q", "--python", str(node.python), f"torch=={torch}"], "the node's own torch")
+    python, torch = python312(), lock_torch()
+    sh([python, "-m", "venv", str(root / "node")], "the node's Python")
+    [site] = (root / "node" / "lib").glob("python3.12/site-packages")
+    # the image's torch, compiled: links to the cache's files (nothing here writes them: pip leaves torch alone, and a
+    # compile writes a new file in place of a stale .pyc, never into it)
+    shutil.copytree(node_torch(python, torch), site, copy_function=link_or_copy, dirs_exist_ok=True)
     node.seconds["venv and torch"] = time.monotonic() - start
     start = time.monotonic()
     copy = root / "wheelhouse"  # the node's copy: the wheelhouse's files, and TOPLOC's wheel for this torch
