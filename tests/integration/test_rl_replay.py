@@ -1,8 +1,7 @@
 """`rl` with the `rl` and `dpo` channels: replayed preference pairs (here: reverse-text prompts,
 the right reversal chosen over the letters left in order) go through `traces dataset` (the frozen
 reference's log-probs) and `orchestrator.replay` into every batch of a real three-process run.
-Every step's dpo loss is non-zero and the dpo accuracy (chosen preferred) rises. The rl batch is 2 groups of 8
-(the replayed pairs are what is asserted; the rl channel only has to train beside them), 8 held-out tasks. The reference is
+Every step's dpo loss is non-zero and the dpo accuracy (chosen preferred) rises. The reference is
 the trainer's snapshot of the policy every 4 steps (`trainer.loss.dpo.reference = "recent"`, on the
 trainer's FSDP path): at steps 0 and 4 it is the policy itself, so every margin is exactly 0."""
 
@@ -26,7 +25,7 @@ def test_rl_with_replayed_pairs(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
     r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml",
                         "--output_dir", str(run), "--max_steps", "8", "--inference.port", str(free_port()),
-                        "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "16",
+                        "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.batch_size", "32",
                         "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "8",
                         "--orchestrator.replay.dataset", str(dataset), "--orchestrator.replay.pairs_per_step", "16",
                         "--trainer.optim.warmup_steps", "1", "--trainer.loss.dpo.reference", "recent",
