@@ -2,6 +2,8 @@
 next-token logits are a fixed table indexed by (last token, position), so every expected sequence
 is computed here token by token with the sampler alone."""
 
+from collections import deque
+
 import pytest
 import torch
 
@@ -129,6 +131,26 @@ def test_a_swap_waits_for_requests_in_flight_and_holds_back_new_ones():
     assert len(answers["before"].token_ids) == 4 and len(answers["after"].token_ids) == 2 and scheduler.steps == 4
 
 
+def test_the_engine_thread_reads_the_queues_only_under_their_lock():
+    """Requests and jobs are appended by the server's threads: the engine's thread must not iterate them
+    unlocked (it once read `jobs` bare in tick(), and died of "deque mutated during iteration" under a
+    relay run's load, leaving a server with no engine)."""
+    model, scheduler, answers, submit = serve()
+
+    class Guarded(deque):
+        def __iter__(self):
+            assert scheduler.cond._is_owned(), "iterated without the scheduler's lock"
+            return super().__iter__()
+
+    scheduler.jobs, scheduler.waiting = Guarded(), Guarded()
+    submit("x", [1], max_tokens=3, seed=1, stop_token_ids=(-1,))
+    scheduler.call(lambda: None, lambda r: None, exclusive=True)
+    scheduler.tick()  # the exclusive job runs first (nothing live), then x is admitted
+    scheduler.call(lambda: None, lambda r: None, exclusive=True)
+    scheduler.drain()  # now it waits for x: every boundary reads the jobs again
+    assert len(answers["x"].token_ids) == 3 and not scheduler.jobs
+
+
 def test_a_failing_step_fails_the_requests_in_flight_and_the_engine_keeps_serving():
     model, scheduler, answers, submit = serve()
     submit("x", [1], max_tokens=5, seed=1, stop_token_ids=(-1,))
@@ -166,3 +188,20 @@ def test_waiting_requests_are_admitted_together_once_the_oldest_has_waited():
 def test_no_seed_draws_one_and_a_seed_is_kept(seed):
     r = Request([1], SamplingParams(seed=seed), lambda g: None)
     assert (r.seed == 3) if seed == 3 else (0 <= r.seed < 2**63)
+
+
+def test_an_engine_whose_thread_dies_ends_its_server(monkeypatch, caplog):
+    """The engine's thread raising ends the process with one logged line, where the server had stayed up
+    answering /health with no engine behind it (its requests waiting forever)."""
+    from composer_prime.inference.engines.hf import engine as hf_engine
+
+    model, scheduler, answers, submit = serve()
+    scheduler.run = lambda: (_ for _ in ()).throw(RuntimeError("deque mutated during iteration"))
+    exits = []
+    monkeypatch.setattr(hf_engine.os, "_exit", exits.append)
+    it = hf_engine.HFEngine.__new__(hf_engine.HFEngine)
+    it.scheduler = scheduler
+    it._serve()
+    assert exits == [1]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"] == [
+        "error: the embedded engine's thread died (RuntimeError: deque mutated during iteration); this server stops"]

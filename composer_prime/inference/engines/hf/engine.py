@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 
 import torch
@@ -79,8 +80,13 @@ class HFEngine:
         self.scheduler = scheduler_for(self.batch, self.graphs, GATHER_S)
 
     def _serve(self) -> None:
-        with torch.no_grad():  # grad mode is per thread
-            self.scheduler.run()
+        try:
+            with torch.no_grad():  # grad mode is per thread
+                self.scheduler.run()
+        except BaseException as e:  # noqa: BLE001 - a server whose engine is gone must not go on answering /health
+            log.critical(f"error: the embedded engine's thread died ({type(e).__name__}: {e}); this server stops")
+            logging.shutdown()
+            os._exit(1)  # its callers' futures would wait forever; whoever started it (rl) names it and stops the run
 
     async def stop(self) -> None:
         if self._thread is not None:

@@ -111,8 +111,7 @@ class Scheduler:
     def tick(self) -> None:
         """One step boundary, then one decode step if any row is live."""
         self._run_jobs()
-        if not any(j.exclusive for j in self.jobs):
-            self._admit()
+        self._admit()
         if not self.live:
             return
         try:
@@ -138,9 +137,9 @@ class Scheduler:
             job.reply(result)
 
     def _admit(self) -> None:
-        with self.cond:
-            if not self.waiting or self._due_in() > 0:
-                return
+        with self.cond:  # jobs and waiting are appended by other threads: read them under the lock only
+            if any(j.exclusive for j in self.jobs) or not self.waiting or self._due_in() > 0:
+                return  # an exclusive job (a weight swap) holds new requests back until it has run
             new = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.batch.rows - len(self.live)))]
         if not new:
             return
