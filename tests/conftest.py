@@ -63,7 +63,7 @@ def pytest_runtest_protocol(item, nextitem):
 # test_bench_gpu_check.py first: its stand-in GPU node (install, then the GPU check) is several minutes in one fixture.
 LONGEST_FIRST = ("test_bench_gpu_check.py", "test_bench_ab.py", "test_bench_systems.py", "test_readme.py",
                  "test_rl_diloco.py", "test_slurm.py", "test_rl_smollm2.py", "test_rl_volunteers.py",
-                 "test_readme_rl.py", "test_bench_real_model.py", "test_rl_shardcast.py",
+                 "test_readme_rl.py", "test_bench_real_model.py",
                  "test_readme_feature_deletion.py", "test_volunteers.py", "test_separate_machines.py",
                  "test_rl_openenv.py", "test_redteam.py", "test_layouts.py", "test_bench_volunteers.py",
                  "test_bench_runs.py", "test_generate.py", "test_model_gguf.py")

@@ -4,7 +4,8 @@ reference after the resume. One run (a module fixture) is read by both tests: 10
 with a checkpoint every 2, the trainer killed once past step 3, then resumed; the k3 term on
 (kl_coef 0.05, lr 1e-3 from step 1, so the policy moves within a step or two). It was two runs, a
 crashed 10-step one and a 4-step KL one, each of 128 rollouts a step. (The processes started alone
-from the configs `rl --dry-run` writes, learning on held-out tasks: test_separate_machines.py.)"""
+from the configs `rl --dry-run` writes: test_separate_machines.py; learning on held-out tasks through a relay:
+test_rl_volunteers.py.)"""
 
 import os
 import signal

@@ -70,7 +70,8 @@ SEQUENCES = {
     "traces": [("uv run composer-prime traces ingest tests/fixtures/traces --out outputs/traces.jsonl", list)],
     "shardcast": [("uv run rl @ configs/quickstart.toml @ configs/shardcast.toml",
                    lambda: [*small_rl(), "--weight_broadcast.port", str(free_port()), "--orchestrator.batch_size", "16"])],
-    # the sdist comes from PyPI at test time (as test_generate's real-sdist test); two attacks, not fifteen
+    # the sdist comes from PyPI at test time (test_readme_feature_deletion also checks this build as the generator's
+    # real-sdist test); two attacks, not fifteen
     "feature-deletion": [
         ("uv run composer-prime env build-tasks feature-deletion --source pypi:inflection==0.5.1 --out outputs/tasks/inflection",
          list),
