@@ -59,14 +59,14 @@ def test_real_model_breakdown(tmp_path):
 def test_real_model_learning(tmp_path):
     out = run("real_model:learning", tmp_path)["learning"]["cpu"]
     assert (out["config"], out["minutes"], out["max_steps"], out["cores"], out["parallel"]) == \
-        ("configs/quickstart.toml", None, 2, os.cpu_count(), 2)
+        ("configs/quickstart.toml", None, 4, os.cpu_count(), 2)
     assert [s["seed"] for s in out["seeds"]] == [0, 1]
     for seed in out["seeds"]:
-        assert f"--seed {seed['seed']}" in seed["command"] and "--max_steps 2" in seed["command"]
+        assert f"--seed {seed['seed']}" in seed["command"] and "--max_steps 4" in seed["command"]
         evals = seed["evals"]
-        # the converted weights at step 0, then every step (eval.interval 1) up to the budget's 2
-        assert evals[0]["step"] == 0 and evals[0]["version"] == 0 and seed["steps"] == 2
-        assert [e["step"] for e in evals] == sorted(e["step"] for e in evals) and evals[-1]["step"] <= 2 and len(evals) >= 2
+        # the converted weights at step 0, then every 2 steps (eval.interval) up to the budget's 4
+        assert evals[0]["step"] == 0 and evals[0]["version"] == 0 and seed["steps"] == 4
+        assert [e["step"] for e in evals] == sorted(e["step"] for e in evals) and evals[-1]["step"] <= 4 and len(evals) >= 2
         assert seed["rise"] == round(evals[-1]["reward"] - evals[0]["reward"], 4) and min(seed["peak_rss_mb"].values()) > 0
     assert out["rises_on_every_seed"] == all(s["rise"] > 0 for s in out["seeds"])
     ran_at_once(out["seeds"])
