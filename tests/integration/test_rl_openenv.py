@@ -5,9 +5,10 @@ by the orchestrator as two local servers and driven over /ws; reverse-text runs 
 tiny model is warm-started on tool-calc's demonstrations by the commands configs/openenv-mix.toml
 gives (openenv-calc asks its questions the same way) briefly enough that it still gets the call wrong often; 20 GRPO steps
 at the config's own max_async_level 1 (each batch sampled by the policy one step behind the trainer's, or
-its own), at two seeds, raise openenv-calc's held-out reward on all 200 of its eval tasks (from 0.21; measured below; 400
+its own) raise openenv-calc's held-out reward on all 200 of its eval tasks (from 0.21; measured below; 400
 rollouts an evaluation at a reward near 0.25 leave about 0.03 of noise on the difference of two, which is
-why every eval task is used: a 32-task eval once saw +0.02 at 15 steps).
+why every eval task is used: a 32-task eval once saw +0.02 at 15 steps). Seed 0's run, and seed 1's only where
+seed 0's rise is not clearly above that noise (the threshold below).
 """
 
 import json
@@ -23,7 +24,9 @@ from tests.support.readme_runs import bare_work_dir, run_commands
 from tests.support.rl_runs import log_tails, rows
 
 STEPS = 20
-SEEDS = (0, 1)
+# seed 0's rise alone passes past twice the 0.03 of noise (no learning does that about one time in 40); else seed 1
+# runs too and the two-seed rule in the test decides
+ALONE = 0.06
 CONFIG = (ROOT / "configs" / "openenv-mix.toml").read_text()
 # the shipped environments, reverse-text held out on 16 tasks (the config's eval.num_tasks, 32, and the 200 given
 # below for openenv-calc would apply to it too): its held-out reward is read only in eval_reward's weighted mean
@@ -86,18 +89,27 @@ def mixed_run(calc_agent: Path, run: Path, seed: int) -> tuple[dict, dict]:
     return first, last
 
 
+def rise(first: dict, last: dict) -> float:
+    return last["eval/openenv-calc/reward"] - first["eval/openenv-calc/reward"]
+
+
 def test_rl_trains_an_openenv_environment_mixed_with_a_verifiers_one(tmp_path, calc_agent):
-    ends = [mixed_run(calc_agent, tmp_path / f"run-{seed}", seed) for seed in SEEDS]
+    ends = [mixed_run(calc_agent, tmp_path / "run-0", 0)]
     # the environment's own reward, learnt: its first call right more often, so its reward up. As shipped (level 1),
     # alone on this machine: 7 runs at seeds 0-5 (2026-11-28, one of them beside two busy loops) from +0.060 to
     # +0.114, 4 more at 1.5x the learning rate (not shipped) +0.059 to +0.111, earlier +0.055 to +0.099 and once
     # -0.005 (train reward 0.05 for steps 9-11); synchronous +0.060 to +0.123. Inside the suite's fresh clones
     # seed 0 alone rose +0.023 once (669e08f) and +0.001 once (b319c0a: its parse errors up from 0.65 to 0.87, its
-    # other errors down), 2 of 6 clones that day: one run of this length does not learn every time, so two seeds run
-    # and the better must rise past the 0.03 that weights drifting without learning move it, both on average by half
-    # that (no learning at all, each rise about 0 +- 0.03, passes both roughly one time in ten). With reverse-text held
-    # out on 16 tasks (training unchanged): +0.103 and +0.081 at seeds 0 and 1 (this machine, loaded, 2026-11-28)
-    rises = [last["eval/openenv-calc/reward"] - first["eval/openenv-calc/reward"] for first, last in ends]
-    assert max(rises) > 0.04 and sum(rises) / len(rises) > 0.02, (rises, ends)
+    # other errors down), 2 of 6 clones that day: one run of this length does not learn every time. So seed 0 passes
+    # alone past ALONE (twice the 0.03 that weights drifting without learning move it); below it, seed 1 runs too
+    # (from the same step-0 evaluation: its tasks and sampling seeds are fixed; seeds 0 and 1 both read 0.21, tool
+    # error rate 0.669, 2026-11-28) and the better must rise past 0.04, both on average past 0.02. No learning at all (each rise about 0 +- 0.03) passes this rule about 12 times in 100 (simulated;
+    # 11 with both seeds always run, whose every pass this rule passes too). With reverse-text held out on 16 tasks
+    # (training unchanged): +0.103, +0.081 at seeds 0, 1; +0.090, +0.094 again (this machine, load 20, 2026-11-28)
+    rises = [rise(*ends[0])]
+    if rises[0] <= ALONE:
+        ends.append(mixed_run(calc_agent, tmp_path / "run-1", 1))
+        rises.append(rise(*ends[1]))
+        assert max(rises) > 0.04 and sum(rises) / len(rises) > 0.02, (rises, ends)
     first, last = ends[rises.index(max(rises))]
     assert last["eval/openenv-calc/tool_error_rate"] < first["eval/openenv-calc/tool_error_rate"]
