@@ -23,7 +23,9 @@ volunteers.py) admits a completion only when every check passes. Defaults and th
   lease each, or sits on one lease of a group, is ejected by its fourth veto, its first hoarded
   request, however much honest work it does between them (an honest node's miss fades; a cheat
   that passes with probability p gains (1 - p) - p/16 strikes a lease);
-- on probation for its first 16 accepted submissions: one request (a group's leases) in flight.
+- on probation for its first 16 accepted submissions: one request (a group's leases) in flight;
+- the run starts stepping at once (`wait_for` 0): an operator who wants its first steps sampled by k
+  volunteers too sets `wait_for = k`.
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ class VolunteersConfig(Strict):
     probation_accepted: int = Field(16, ge=0, description="accepted submissions before a new node leaves probation")
     probation_requests: int = Field(1, ge=1, description="requests (a group's leases each) a node on probation "
                                                          "may have in flight")
+    wait_for: int = Field(0, ge=0, description="volunteers (healthy nodes) the run waits for before its first "
+                                               "step, its trusted servers and trainer up; 0: it starts at once. "
+                                               "The wait counts in `watchdog.startup_s`")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="what workers generate in and the audits "
                                                   "prefill in, whatever the trusted servers serve in (a bfloat16 "
                                                   "server audits through a float32 copy of the weights): at "

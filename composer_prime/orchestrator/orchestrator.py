@@ -276,6 +276,17 @@ class Orchestrator:
             for env in self.envs:
                 await env.env.close()
 
+    async def wait_for_sources(self) -> None:
+        """Until no node source waits for anything before the first step (volunteers' `wait_for`)."""
+        if not (words := [w for s in self.sources if (w := s.waiting_for())]):
+            return
+        log.info(f"waiting for {'; '.join(words)} before the first step")
+        with watchdog.waiting("the node sources", "; ".join(words)):
+            waiting = StillWaiting("the first step's nodes")
+            while words := [w for s in self.sources if (w := s.waiting_for())]:
+                waiting.tick("; ".join(words))
+                await asyncio.sleep(0.2)
+
     async def _loop(self) -> None:
         cfg = self.cfg
         log.info(f"waiting for inference at {cfg.inference_urls}")
@@ -287,6 +298,7 @@ class Orchestrator:
             while self.restarted(sender) is None:
                 waiting.tick()
                 await asyncio.sleep(0.2)
+        await self.wait_for_sources()
         watchdog.ready()  # inference answers and the trainer waits: the first batch is next
         step = start = self.restart
         self.restart = None

@@ -111,6 +111,10 @@ class NodeSource(Protocol):
         """Per source-specific key, the batch's rollouts that its nodes sampled a turn of (`nodes`: each rollout's)."""
         ...
 
+    def waiting_for(self) -> str | None:
+        """What this source still waits for before the run's first step, in words (None: nothing)."""
+        ...
+
 
 def make_sources(cfg: OrchestratorConfig, pool: NodePool, audit: Audit, served: Callable[[], int]) -> list[NodeSource]:
     """The active node sources, each given the pool its nodes join, the trusted servers' audit and the

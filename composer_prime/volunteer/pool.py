@@ -271,6 +271,11 @@ class VolunteerPool:
             out[f"volunteers/{m.node_id[:12]}/strikes"] = m.strikes
         return out
 
+    def waiting_for(self) -> str | None:
+        """`wait_for` healthy volunteers before the first step: how many are missing, else None."""
+        healthy = sum(m.status == "healthy" for m in self.members.values())
+        return f"{self.cfg.wait_for} volunteers ({healthy} joined)" if healthy < self.cfg.wait_for else None
+
     def in_batch(self, nodes: list[list[str]]) -> dict[str, int]:
         """Rollouts in a batch that a volunteer sampled a turn of (`nodes`: each rollout's), per volunteer."""
         out = {f"volunteers/{m.node_id[:12]}/in_batch": 0 for m in self.members.values()}

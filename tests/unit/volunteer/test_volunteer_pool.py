@@ -2,7 +2,8 @@
 answered, a node that dies mid-lease (silent past `dead_after` beats, and not before: its lease fails
 at once, it leaves the NodePool), ejection at `eject_after` rejections (its key refused from then on),
 strikes earned back by a group's worth of accepted work down to what rejections keep, the rate
-limit's bucket. Charges through the client's real path: test_charges.py."""
+limit's bucket, the run's wait for `wait_for` volunteers before its first step. Charges through the
+client's real path: test_charges.py."""
 
 import asyncio
 import time
@@ -182,3 +183,23 @@ def test_a_node_that_dies_and_joins_again_keeps_its_record():
     p._gone(p.members[node], "dead")
     assert http.post("/pool/join", json=hello(key, "join", token="t")).status_code == 200
     assert p.is_member(node) and p.members[node].strikes == 1.0 and p.members[node].counts["rejected:toploc"] == 1
+
+
+def test_the_run_waits_for_wait_for_healthy_volunteers_before_its_first_step():
+    """`wait_for` 3: the pool waits while 2 are healthy, not once a third joins; an ejected one does not count;
+    0 (the default) waits for none. The orchestrator polls its sources until none waits any more."""
+    from types import SimpleNamespace
+
+    from composer_prime.orchestrator.orchestrator import Orchestrator
+
+    assert pool().waiting_for() is None and pool(wait_for=0).waiting_for() is None
+    p = pool(wait_for=3)
+    assert p.waiting_for() == "3 volunteers (2 joined)"
+    p.members["cc"] = Member("cc", time.time(), tokens=p.cfg.burst, refilled=time.time())
+    assert p.waiting_for() is None
+    p.eject(p.members["cc"], "a test")
+    assert p.waiting_for() == "3 volunteers (2 joined)"
+    polls: list[str | None] = ["3 volunteers (1 joined)", "3 volunteers (2 joined)", None]
+    source = SimpleNamespace(waiting_for=lambda: polls[0] if len(polls) == 1 else polls.pop(0))
+    asyncio.run(Orchestrator.wait_for_sources(SimpleNamespace(sources=[source])))
+    assert polls == [None]  # it asked until the source waited for nothing
