@@ -1,7 +1,8 @@
 """The rollout-filter stage (orchestrator/filters/): staleness and dynamic sampling as the first two
 registered filters, in order; collection asks them group by group before advantages, counts each
 drop under the refusing filter's name, keeps flat groups aside, refills, and takes a filter it was
-never told about the same way. Groups come from a scripted policy at the group seam."""
+never told about the same way; volunteers' `unverified` filter drops a group with a rejected completion.
+Groups come from a scripted policy at the group seam."""
 
 import asyncio
 import dataclasses
@@ -81,3 +82,18 @@ def test_an_environment_flat_for_three_steps_in_a_row_is_warned_of_once_per_stre
         for _ in range(3):
             step(0)
         assert len(caplog.records) == 2  # a new stretch, said again
+
+
+def test_a_group_with_a_completion_the_validator_rejected_is_dropped_counted_in_rollouts(tiny_model_dir):
+    """The `unverified` filter (volunteers' runs): first, so a rejected rollout is never counted as merely stale.
+    test_rl_volunteers.py's cheat, waited for, is rejected in the run's first held-out evaluation: this is where the
+    filter's drop in a batch is shown."""
+    from composer_prime.orchestrator.filters.volunteers import Unverified
+
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2, dynamic_sampling=False)
+    o.filters.insert(0, Unverified(o.cfg))
+    right, wrong = scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, "1"])
+    rejected = dataclasses.replace(right, unverified=["volunteer:3f2a9c1b4d5e: rejected:logprobs"])
+    serve(o, [[wrong, rejected], [right, wrong], [right, right]])
+    c = asyncio.run(o.collect(0))
+    assert [g for g, _ in c.groups] == [[right, wrong], [right, right]] and c.stats["unverified"] == 2
