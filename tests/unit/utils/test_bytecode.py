@@ -6,7 +6,7 @@ install step compiles once instead (utils/bytecode.py, run by `composer-prime to
 
 import tomllib
 
-from composer_prime.utils.bytecode import compile_site
+from composer_prime.utils.bytecode import compile_site, editable_packages
 from tests.conftest import ROOT
 
 
@@ -25,3 +25,20 @@ def test_the_install_step_compiles_each_module_once(tmp_path):
     before = pyc[0].stat().st_mtime_ns
     compile_site(tmp_path, workers=1)
     assert pyc[0].stat().st_mtime_ns == before  # up to date: not written again
+
+
+def test_packages_installed_editable_are_compiled_too(tmp_path):
+    """uv installs this project and its environments editable: a .pth names the checkout's directory. Its
+    packages (not any other directory there) are compiled with site-packages."""
+    site, checkout = tmp_path / "site", tmp_path / "checkout"
+    for d in (site, checkout / "pkg", checkout / "scripts"):
+        d.mkdir(parents=True)
+    (checkout / "pkg" / "__init__.py").write_text("")
+    (checkout / "pkg" / "mod.py").write_text("X = 1\n")
+    (checkout / "scripts" / "tool.py").write_text("Y = 2\n")
+    (site / "_editable_impl_x.pth").write_text(f"{checkout}\n")
+    (site / "cov.pth").write_text("import sys; exec('pass')\n")  # code, not a path
+    assert editable_packages(site) == [checkout / "pkg"]
+    ok, _ = compile_site(site, workers=1)
+    assert ok and len(list((checkout / "pkg" / "__pycache__").glob("mod.*.pyc"))) == 1
+    assert not (checkout / "scripts" / "__pycache__").exists()
