@@ -5,10 +5,11 @@ read the same run (`once`). A run that failed fails its every reader with the sa
 - `relay_run`: the volunteers' quickstart (`rl @ configs/quickstart.toml @ configs/volunteers.toml`, the
   README's command) with two trusted inference servers pulling every step through one SHARDCAST relay,
   two honest `uv run worker` processes and one dishonest worker (its weights 1% off the run's) joining at
-  run time. Read by test_rl_volunteers.py's two tests (the pool; the relay, once test_rl_shardcast.py):
-  one 50-step run where there were two runs of 30 and 50 steps.
+  run time, the run waiting for all three before its first step (`volunteers.wait_for`). Read by
+  test_rl_volunteers.py's two tests (the pool; the relay, once test_rl_shardcast.py): one 50-step run
+  where there were two runs of 30 and 50 steps.
 - `tool_calc_warm_start`: the README's hint self-distillation warm start (tool-calc demonstrations with
-  wrong calls, then `sft`), run as the README types it with 120 steps in place of 800. Read by
+  wrong calls, then `sft`), run as the README types it with 60 steps in place of 800. Read by
   test_readme.py (the README's `rl` command after it) and test_rl_distill.py (both distill teachers).
 - `tool_calc_distill_run`: the README's GRPO + distill command (configs/tool-calc-distill.toml, the EMA teacher in
   the trainer) on that warm start, 3 steps of 16. Read by test_readme.py (the README's claims) and test_rl_distill.py
@@ -41,6 +42,7 @@ from tests.support.readme_runs import bare_work_dir, run_commands, small_rl
 from tests.support.rl_runs import log_tails
 
 RELAY_STEPS = 50
+RELAY_VOLUNTEERS = 3  # the run waits for them all (`volunteers.wait_for`) before its first step
 T = TypeVar("T")
 
 
@@ -101,6 +103,7 @@ def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
     rl = forkserver.Popen(
         [sys.executable, "-m", "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "@", "configs/volunteers.toml",
          "--inference_replicas", "2", "--seed", str(seed), "--output_dir", str(run), "--max_steps", str(RELAY_STEPS),
+         "--orchestrator.volunteers.wait_for", str(RELAY_VOLUNTEERS),
          "--inference.port", str(free_port()), "--weight_broadcast.port", str(origin_port),
          "--transport.address", f"tcp://127.0.0.1:{free_port()}", "--orchestrator.volunteers.port", str(pool_port),
          "--orchestrator.eval.interval", "100", "--orchestrator.eval.num_tasks", "96"],
@@ -132,10 +135,13 @@ def make_relay_run(tmp: Path, seed: int = 0) -> RelayRun:
     return RelayRun(run, origin_port, {name: node_id(k)[:12] for name, k in keys.items()}, cheat_rc, cheat_err)
 
 
-# The README's first two hint self-distillation commands, and what a test appends to each
+# The README's first two hint self-distillation commands, and what a test appends to each: 60 SFT steps (25 s of CPU
+# where 120 took 40). Measured 2026-11-28 (2-core machine, loaded), DISTILL_RL's run on it at seeds 0, 1, 2: error sites
+# 16 to 20 and distill tokens 242 to 385 in every step, loss/distill 0.005 to 0.011, the first evaluation's tool_calls
+# 0.0625 at each seed (one call in 16 tasks: the readers assert > 0); at 40 steps the policy called no tool (0.0).
 WARM_START = [("uv run python -m tool_calc.demos --out outputs/tool-calc-demos.jsonl --max-operand 99 -n 4000", list),
               ("uv run sft --model tiny --data outputs/tool-calc-demos.jsonl --output_dir outputs/tool-calc-sft "
-               "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "120"])]
+               "--max_steps 800 --batch_size 16 --lr 1e-3 --warmup_steps 20", lambda: ["--max_steps", "60"])]
 
 
 @dataclass
@@ -153,7 +159,7 @@ def tool_calc_warm_start(tmp_path_factory) -> WarmStart:
 
 
 # The README's GRPO + distill command after the warm start, and what a test appends: 3 steps of 4 groups of 4, and
-# the collapse guards off. The test-sized warm start (120 SFT steps, not the README's 800) gets no call right (reward 0
+# the collapse guards off. The test-sized warm start (60 SFT steps, not the README's 800) gets no call right (reward 0
 # in every rollout, also after 300 steps: measured 2026-11-28), so every group is flat, and with the guards on (the
 # defaults: only failed samples of groups with rl signal) nothing would be distilled; off, the flat groups' error turns
 # are, which is what shows the channel's loss non-zero in the real loop. The guards: test_distill_guard.py, test_batch_steps.py.
