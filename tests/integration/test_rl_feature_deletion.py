@@ -44,6 +44,9 @@ def test_one_rl_step_on_feature_deletion(tmp_path, tiny_model_dir):
     assert len(prompts) == 1
     demos.write_text("".join(json.dumps({"messages": m + [{"role": "assistant", "content": c}]}) + "\n"
                              for m in prompts for c in CALLS))
+    # 80 steps: fewer left the policy calling no tool (measured 2026-11-28, 2-core machine, loaded; the rl run's tool_calls
+    # 0.0 after 10 steps at seeds 0, 1, 2, after 20 at seed 0 (at lr 3e-3: seeds 0, 1, 2), after 40 at seeds 0, 1 (at
+    # lr 3e-3 too); after 60, 0.125 at seed 0 but 0.0 at seed 1)
     sft = run("composer_prime.entrypoints.sft", "--model", str(tiny_model_dir), "--data", str(demos), "--output_dir",
               str(tmp_path / "agent"), "--max_steps", "80", "--batch_size", "2", "--lr", "1e-3", "--warmup_steps", "5")
     assert sft.returncode == 0, sft.stderr[-2000:]
