@@ -169,8 +169,12 @@ class Orchestrator:
         row: dict = {}
         for env, groups in zip(self.envs, per_env):  # every environment's held-out set in one concurrent pass
             dropped: list[Rollout] = []
-            row |= env_metrics(f"eval/{env.cfg.id}", keep([r for g in groups for r in g], dropped))
+            finished = keep([r for g in groups for r in g], dropped)
+            # a volunteer's completion its validator rejected counts in no measure, held-out ones included
+            verified = [r for r in finished if not r.unverified]
+            row |= env_metrics(f"eval/{env.cfg.id}", verified)
             row[f"eval/{env.cfg.id}/dropped"] = len(dropped)
+            row[f"eval/{env.cfg.id}/unverified"] = len(finished) - len(verified)
         row["eval_reward"] = sum(env.weight * row[f"eval/{env.cfg.id}/reward"] for env in self.envs)
         return row, version
 

@@ -97,3 +97,20 @@ def test_a_group_with_a_completion_the_validator_rejected_is_dropped_counted_in_
     serve(o, [[wrong, rejected], [right, wrong], [right, right]])
     c = asyncio.run(o.collect(0))
     assert [g for g, _ in c.groups] == [[right, wrong], [right, right]] and c.stats["unverified"] == 2
+
+
+def test_a_held_out_completion_the_validator_rejected_counts_in_no_measure(tiny_model_dir):
+    """A cheat's rejected completion in the held-out evaluation (the volunteers' run sends held-out requests to
+    whichever node is next, as it does training ones): left out of the reward (it was in the mean: 0.5 here) and counted."""
+    o = orchestrator(tiny_model_dir, batch_size=4, group_size=2)
+    right, wrong = scripted(o, [RIGHT, "1660"]), scripted(o, [WRONG, RIGHT, "1"])
+    cheat = dataclasses.replace(wrong, unverified=["volunteer:3f2a9c1b4d5e: rejected:logprobs"])
+    serve(o, [[right, cheat]])
+
+    async def versions():
+        return [3]
+
+    o.client.versions = versions
+    row, version = asyncio.run(o.evaluate())
+    assert version == 3 and row["eval/tool-calc/reward"] == 1.0 and row["eval/tool-calc/unverified"] == 1
+    assert row["eval/tool-calc/dropped"] == 0 and row["eval_reward"] == 1.0
