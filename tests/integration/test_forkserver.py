@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,3 +84,25 @@ def test_what_the_server_cannot_be_is_exec_d(tmp_path):
                          ([sys.executable, "-c", "pass"], {})):
         with forkserver.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, **kwargs) as p:
             assert p._server is None and p.wait(timeout=300) == 0
+
+
+def test_a_server_first_asked_from_a_thread_outlives_the_thread(tmp_path, monkeypatch):
+    """A worker's first request may come from a thread (test_volunteers.py's `asyncio.to_thread`). Linux's
+    parent-death signal follows the thread that forked, so a server started with it died with that thread, and
+    the worker exec'd every later command (test_forkserver failed in a fresh clone's suite, 2026-11-28)."""
+    monkeypatch.setattr(forkserver, "_server", None)  # a server of this test's own, started below
+    bad = [*PY, "composer_prime.entrypoints.rl", "@", "configs/quickstart.toml", "--max_steps", "-5",
+           "--output_dir", str(tmp_path)]
+    first = threading.Thread(target=forkserver.run, args=(bad,), kwargs={"cwd": ROOT, "capture_output": True})
+    first.start()
+    first.join()
+    server = forkserver._server
+    try:
+        assert server is not None and forkserver.served[-1] == bad
+        time.sleep(1)  # the death signal, had it been asked for, is sent as the thread ends
+        assert server.proc.poll() is None
+        r = forkserver.run(bad, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and len(forkserver.served) >= 2 and forkserver.served[-2:] == [bad, bad]
+    finally:
+        server.proc.kill()
+        server.proc.wait()

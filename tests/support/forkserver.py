@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 
 from composer_prime.utils import prefork
-from composer_prime.utils.proc import die_with_parent, has_gpu
+from composer_prime.utils.proc import has_gpu
 
 HEAVY = tuple(f"composer_prime.entrypoints.{name}" for name in
               ("rl", "inference", "trainer", "orchestrator", "sft", "worker", "relay"))
@@ -46,6 +46,7 @@ IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONSAFEPATH", "
 # an in-process test's logs.setup adds HF_HUB_DISABLE_PROGRESS_BARS, a monkeypatched HF_HOME comes and goes
 BASELINE = dict(os.environ)
 READY = b"ready\n"
+PARENT_POLL_S = 1.0  # how often an idle server checks that the worker that started it still runs
 LOG = "COMPOSER_PRIME_TESTS_FORKLOG"  # a file: a line per command of HEAVY's, served or exec'd (to see which)
 OFF = "COMPOSER_PRIME_TESTS_EXEC"  # =1: every command exec'd, as before the server (to compare, or to debug)
 
@@ -62,8 +63,9 @@ class _Server:
         self.path = str(self.dir / "socket")
         root = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.forkserver", self.path], cwd=root,
-                                     env=BASELINE, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     preexec_fn=die_with_parent())
+                                     env=BASELINE, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        # not die_with_parent: Linux's parent-death signal follows the *thread* that forked, and a test's first request
+        # may come from a thread (asyncio.to_thread) that ends soon after: the server polls for its process instead
         self.ok = self.proc.stdout.readline() == READY  # type: ignore[union-attr]
         self.env = _import_time(BASELINE)
         atexit.register(self.proc.kill)
@@ -176,10 +178,18 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(16)
+    listener.settimeout(PARENT_POLL_S)
+    parent = os.getppid()
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # its pytest worker is gone, however it ended: so is the server
+                os._exit(0)
+            continue
+        conn.settimeout(None)
         prefork.flush_stdio()
         if os.fork() == 0:
             listener.close()
