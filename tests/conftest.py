@@ -89,6 +89,24 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.skip(reason="needs CUDA (a gpu test), and torch sees no CUDA device here"))
 
 
+@pytest.fixture(autouse=True)
+def _import_time_environment_kept():
+    """A test leaves the variables a process reads at import as it found them (in-process entrypoints set some,
+    e.g. `rl`'s main its processes' OMP_NUM_THREADS): a worker's fork server serves only commands whose
+    environment agrees with the tests' own there, and after one such leak its worker exec'd every later command
+    (test_forkserver failed in two fresh clones' suites, 2026-11-28)."""
+    from tests.support.forkserver import IMPORT_TIME
+
+    before = {k: os.environ.get(k) for k in IMPORT_TIME}
+    yield
+    for k, v in before.items():
+        if os.environ.get(k) != v:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The project's tiny default model (built once, then cached by content hash)."""

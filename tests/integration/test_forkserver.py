@@ -24,6 +24,11 @@ PY = [sys.executable, "-m"]
 @pytest.fixture(autouse=True)
 def serving(monkeypatch):
     monkeypatch.delenv(forkserver.OFF, raising=False)  # these tests are of the server: it serves here
+    for name, value in forkserver._import_time(forkserver.BASELINE).items():  # as the server has them, whatever ran before
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
 
 
 def stat(pid: int) -> list[str]:
