@@ -62,14 +62,17 @@ HINT = [*DISTILL_ON, "--trainer.loss.distill.teacher", "ema", "--trainer.loss.we
 ARMS |= {"grpo+hint": HINT, "grpo+placebo": [*HINT, "--orchestrator.distill.hints.placebo", "shuffle"],
          "grpo+placebo-other": [*HINT, "--orchestrator.distill.hints.placebo", "other_kind"],
          "grpo+placebo-blank": [*HINT, "--orchestrator.distill.hints.placebo", "blank"],
-         "grpo+oracle": [*HINT, "--orchestrator.distill.hints.sources", '["oracle", "env", "template"]']}
+         "grpo+oracle": [*HINT, "--orchestrator.distill.hints.sources", '["oracle", "env", "template"]'],
+         # RLSD: the hinted current policy only scales rl's advantage per token (within 1 +- credit_clip)
+         "grpo+credit": [*DISTILL_ON, "--trainer.loss.distill.estimator", "credit", "--trainer.loss.distill.teacher", "current",
+                         "--trainer.loss.weights", "{rl = 1.0, distill = 1.0}"]}
 BASELINE = "grpo"
 PLACEBOS = ("grpo+placebo", "grpo+placebo-other", "grpo+placebo-blank")
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
-    if arm in ("grpo+hint", *PLACEBOS, "grpo+oracle") and a.gate:  # every arm gated by the real hint's lift
+    if arm in ("grpo+hint", *PLACEBOS, "grpo+oracle", "grpo+credit") and a.gate:  # every arm gated by the real hint's lift
         extra += ["--orchestrator.distill.gate.enabled", "true", "--orchestrator.distill.gate.lift_file", str(a.gate.resolve())]
     flags = [f.replace("HINT_WEIGHT", str(a.hint_weight)).replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]]
     return flags + extra + a.rl_flags.split()

@@ -106,6 +106,10 @@ class Channel:
         """What the summed loss is divided by: the batch's weighted tokens or sequences."""
         return "tokens"
 
+    def denominator(self, counts: Counts) -> int:
+        """The count the summed loss is divided by (by default this channel's own, per `normaliser`)."""
+        return counts.sequences.get(self.name, 0) if self.normaliser() == "sequences" else counts.tokens[self.name]
+
     @classmethod
     def check_run(cls, cfg: BaseModel, orchestrator: Any) -> None:
         """At launch: raise ValueError if this channel's settings contradict the orchestrator's."""
@@ -167,7 +171,7 @@ class Objective:
         for ch in self.active(counts):
             n_tokens = counts.tokens[ch.name]
             loss, extra = ch.loss(x, weights[ch.name], prepared.get(ch.name))
-            denom = counts.sequences.get(ch.name, 0) if ch.normaliser() == "sequences" else n_tokens
+            denom = ch.denominator(counts)
             stats |= {k: v / n_tokens for k, v in extra.items()}  # statistics are per token (channels name them apart)
             stats[f"loss/{ch.name}"] = loss.detach() / denom
             total = total + self.scales.get(ch.name, 1.0) * loss / denom

@@ -18,6 +18,19 @@ the reverse KL's score-function gradient: the teacher's verdict on each written 
 per-token advantage, so a token the hinted teacher would not write is pushed down and the rest
 of the distribution is left alone (on-policy distillation, as in SDPO's sampled-token loss).
 
+The third (`estimator = "credit"`, RLSD, arXiv 2604.03128) does not pull the student toward the
+teacher at all: the reward sets each token's direction and the teacher only its magnitude. At an
+error-turn token y with rl advantage A,
+
+    c_t    = clip(exp(sign(A) * (log p_T(y) - log p_S(y))), 1 - eps_c, 1 + eps_c)     (detached)
+    loss_t = -A * (c_t - 1) * pi(y) / pi_old(y)
+
+divided by the rl channel's token count (not this channel's), so that added to rl's -A * rho the
+token's advantage becomes A * c_t: a failed turn's tokens the hinted teacher would not write take
+up to (1 + eps_c)x the blame, those it would write as little as (1 - eps_c)x. Its update is never
+against the reward's sign, is at most eps_c of rl's on the same tokens, and is exactly 0 where A is:
+a collapse driven by this channel is impossible by construction (tests/unit/trainer/test_distill_guard.py).
+
 The collapse guard (`guard = "failed"`, the default): a token's distill weight is kept only where
 its rl advantage is negative,
 
@@ -35,6 +48,7 @@ keeps the EMA teacher.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -43,7 +57,7 @@ from pydantic import Field
 from composer_prime.config.base import FieldError, Strict
 from composer_prime.contract.batches import Batch, Sample
 from composer_prime.contract.distill import teacher_views
-from composer_prime.trainer.loss import Channel, Context, LossInputs
+from composer_prime.trainer.loss import Channel, Context, Counts, LossInputs
 from composer_prime.trainer.loss.distill_teacher import TeacherTargets, ema_update, teacher_targets
 
 __all__ = ["DistillChannel", "DistillLossConfig"]
@@ -52,10 +66,13 @@ __all__ = ["DistillChannel", "DistillLossConfig"]
 class DistillLossConfig(Strict):
     """`trainer.loss.distill`: hint self-distillation; formulas above."""
 
-    estimator: Literal["jsd", "sampled"] = Field(
+    estimator: Literal["jsd", "sampled", "credit"] = Field(
         "jsd", description='"jsd": the generalized JSD over whole distributions (beta, top_k apply); "sampled": the '
                            "reverse KL at the token the student wrote, log p_S - log p_T as a per-token advantage "
-                           "(needs the trainer's teacher forward)")
+                           '(needs the trainer\'s teacher forward); "credit": RLSD, the teacher scales each token\'s '
+                           "rl advantage within 1 +- credit_clip, the reward keeps its sign (the trainer's forward too)")
+    credit_clip: float = Field(0.5, gt=0.0, le=1.0, description='"credit": eps_c, how far the teacher may scale a '
+                                                                "token's advantage either way")
     beta: float = Field(0.5, ge=0.0, le=1.0, description="0: KL(teacher || student), 1: KL(student || teacher), "
                                                          "between: JSD")
     temperature: float = Field(1.0, gt=0.0, description="both distributions are softmaxes at this temperature")
@@ -121,6 +138,22 @@ def sampled_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tenso
     return surrogate - surrogate.detach() + gap  # value: the gap; gradient: gap * grad s
 
 
+def credit_loss(x: LossInputs, teacher: TeacherTargets, w: torch.Tensor, eps: float,
+                temperature: float = 1.0) -> torch.Tensor:
+    """Summed -A (c - 1) rho over the error-turn tokens (RLSD, formula above); w is each token's
+    distill weight. Gradients flow through the policy's log-prob only."""
+    rows, cols = teacher.rows, teacher.cols
+    if teacher.support is not None:
+        raise ValueError("the credit estimator needs full teacher logits; this teacher gave only its top-k")
+    with torch.no_grad():
+        pick = lambda logits: torch.log_softmax(logits.float() / temperature, -1).gather(-1, teacher.tokens[:, None])[:, 0]  # noqa: E731
+        a = x.advantages[rows, cols]
+        z = torch.sign(a) * (pick(teacher.scores) - pick(x.logits[rows, cols]))
+        c = z.clamp(max=math.log1p(eps)).exp().clamp(min=1 - eps)  # the exponent capped first: no inf
+    rho = torch.exp(x.logprobs[rows, cols] - x.old_logprobs[rows, cols])
+    return -(a * (c - 1) * rho * w[rows, cols]).sum()
+
+
 def up_to_first_miss(miss: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
     """1 for each position of a segment up to and including its first miss, 0 after it."""
     before = torch.cumsum(miss.long(), 0) - miss.long()  # misses strictly before each position, over all segments
@@ -175,8 +208,8 @@ class DistillChannel(Channel):
                              'set orchestrator.distill.flat_groups = false, or guard = "none"')
         if not (orchestrator.distill.enabled and orchestrator.distill.teacher == "inference"):
             return
-        if cfg.estimator == "sampled":
-            raise FieldError("estimator", '"sampled" needs the teacher\'s log-prob of every written token; the '
+        if cfg.estimator in ("sampled", "credit"):
+            raise FieldError("estimator", f'"{cfg.estimator}" needs the teacher\'s log-prob of every written token; the '
                              'inference teacher returns only its top-k (use orchestrator.distill.teacher = "trainer")')
         if cfg.teacher != "current":
             raise FieldError("teacher", f'"{cfg.teacher}" weights live in the trainer; the inference teacher scores with '
@@ -204,7 +237,17 @@ class DistillChannel(Channel):
                 raise ValueError("distill weights without teacher targets")
             zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
             return zero, {"distill/top1_agree": zero.detach(), "distill/kept": zero.detach()}  # same keys on every rank
+        if self.cfg.estimator == "credit":
+            loss = credit_loss(x, teacher, w, self.cfg.credit_clip, self.cfg.temperature)
+            _, stats = distill_loss(x.logits.detach(), teacher, w, self.cfg.model_copy(update={"estimator": "jsd"}))
+            return loss, stats
         return distill_loss(x.logits, teacher, w, self.cfg)
+
+    def denominator(self, counts: Counts) -> int:
+        """"credit" shares rl's denominator, so its term is at most credit_clip of rl's on a token."""
+        if self.cfg.estimator == "credit" and counts.tokens.get("rl", 0) > 0:
+            return counts.tokens["rl"]
+        return super().denominator(counts)
 
     def after_step(self) -> None:
         if self.ema is not None:

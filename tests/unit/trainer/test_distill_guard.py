@@ -4,7 +4,10 @@ benchmarks/README.md#distill_ab reproduced without it, gone with it, and its rul
 The collapse: a batch whose groups are all flat (every advantage 0) carries only the distill
 gradient, and Adam's first step is lr * g / (|g| + eps), about lr * sign(g) whatever g's scale, so
 the channel's weight does not shrink the step. With `guard = "failed"` a token's distill weight is
-kept only where its advantage is negative: the flat batch moves no weight at all.
+kept only where its advantage is negative: the flat batch moves no weight at all. The credit estimator
+(RLSD) makes it impossible by construction: the teacher only scales rl's advantage, token by token,
+within 1 +- credit_clip, so a flat batch has no gradient under any guard and a failed turn's update
+keeps rl's sign and at most 1 + credit_clip of its size.
 """
 
 import math
@@ -37,21 +40,29 @@ def flat_batch(tiny_model_dir):
     return [sample_with(ids, [t], rl=True, advantage=0.0)]
 
 
-def adam_step(model_dir, samples, weight: float, guard: str) -> tuple[float, float]:
-    """(loss, norm of the weight update) of one Adam step from the initial weights on `samples`."""
-    torch.manual_seed(0)
-    model = load_model(str(model_dir))
-    before = [p.detach().clone() for p in model.parameters()]
-    cfg = LossConfig(weights={"rl": 1.0, "distill": weight}, distill={"guard": guard, "teacher": "frozen"})
+def objective_on(model, model_dir, samples, weights: dict, **distill) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """(total loss, the policy's token log-probs, the micro-batch) of `samples` under `weights`, the
+    teacher scored by a second copy of the initial weights (the "frozen" teacher)."""
     batch = Batch(0, samples)
     mb = collate(samples, 0, sorted(batch.channel_token_counts()))
     logits = model(input_ids=mb.input_ids).logits[:, :-1]
     lp = token_logprobs(logits, mb.input_ids[:, 1:])
+    lp.retain_grad()
     with torch.no_grad():
         teacher = targets_of(load_model(str(model_dir)), mb, logits.detach(), teacher_is_student=False)
-    objective = Objective(cfg)
-    loss, _ = objective.loss(LossInputs(lp, lp.detach(), mb.sampling_logprobs, mb.advantages, logits),
+    objective = Objective(LossConfig(weights=weights, distill={"teacher": "frozen", **distill}))
+    # sampled by this very policy (mu = pi_old = pi): rl's off-policy weight is 1
+    loss, _ = objective.loss(LossInputs(lp, lp.detach(), lp.detach(), mb.advantages, logits),
                              mb.channel_weights, Counts.of(batch), {"distill": teacher})
+    return loss, lp, mb
+
+
+def adam_step(model_dir, samples, weight: float, guard: str, estimator: str = "jsd") -> tuple[float, float]:
+    """(loss, norm of the weight update) of one Adam step from the initial weights on `samples`."""
+    torch.manual_seed(0)
+    model = load_model(str(model_dir))
+    before = [p.detach().clone() for p in model.parameters()]
+    loss, _, _ = objective_on(model, model_dir, samples, {"rl": 1.0, "distill": weight}, guard=guard, estimator=estimator)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss.backward()
     opt.step()
@@ -90,3 +101,55 @@ def test_the_guard_keeps_distill_only_where_the_advantage_is_negative():
     every, _ = DistillChannel(DistillLossConfig(guard="none")).loss(x, w, teacher)
     assert kept.item() == pytest.approx(0.101749, abs=1e-6)
     assert every.item() == pytest.approx(3 * 0.101749, abs=1e-5)
+
+
+@pytest.mark.parametrize("guard", ["none", "failed"])
+def test_credit_moves_no_weight_on_a_flat_batch_under_any_guard(tiny_model_dir, flat_batch, guard):
+    """The batch that collapses the JSD channel without its guard (above): the credit term is A * (c - 1) * rho,
+    0 where A is 0, so no step at all, with the guard off too."""
+    loss, step = adam_step(tiny_model_dir, flat_batch, 1.0, guard, "credit")
+    assert loss == 0.0 and step == 0.0
+
+
+def test_credit_keeps_rls_sign_and_bounds_its_size_on_every_token(tiny_model_dir):
+    """A failed rollout (A = -1) whose first turn erred, the hinted frozen teacher scoring it: with the credit
+    term the gradient on each token's log-prob is rl's times c_t in [1 - eps, 1 + eps] on the error turn
+    (some tokens blamed more, some less: the teacher does say something) and nothing where rl has nothing."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    q = "12 + 34"
+    ids, turns, opening = conversation(tok, q, [WRONG % q, RIGHT % q])
+    t = teacher_view(tok, ids, turns[0].start, turns[0].end, history_before(opening, turns, 0), HINT)
+    samples = [sample_with(ids, [t], rl=True, advantage=-1.0)]
+    grads = {}
+    for name, weights in {"rl": {"rl": 1.0, "distill": 0.0}, "rl+credit": {"rl": 1.0, "distill": 1.0}}.items():
+        torch.manual_seed(0)
+        loss, lp, mb = objective_on(load_model(str(tiny_model_dir)), tiny_model_dir, samples, weights,
+                                    estimator="credit", credit_clip=0.5)
+        loss.backward()
+        grads[name] = lp.grad[0]
+    on_turn = mb.channel_weights["distill"][0] > 0
+    ratio = grads["rl+credit"] / grads["rl"].where(grads["rl"] != 0, torch.ones(()))
+    assert on_turn.sum() == turns[0].end - turns[0].start and (grads["rl"][on_turn] > 0).all()  # A < 0: pushed down
+    assert ((ratio[on_turn] >= 0.5 - 1e-6) & (ratio[on_turn] <= 1.5 + 1e-6)).all(), ratio[on_turn]
+    assert ratio[on_turn].max() > 1.01 and ratio[on_turn].min() < 0.99
+    assert (grads["rl"][~on_turn] == 0).all() and (grads["rl+credit"][~on_turn] == 0).all()
+
+
+def test_credit_pinned_on_hand_computed_tokens():
+    """eps = 0.5. A failed token the teacher dislikes (p_T(y) = 0.1, p_S(y) = 0.5): c = exp(-log(0.1 / 0.5)) = 5,
+    clipped to 1.5, loss -(-1)(0.5) = 0.5; one it likes (p_T(y) = 0.9): c = exp(-log 1.8) = 0.5556, loss -0.4444;
+    a successful token it likes: c = 1.8 clipped to 1.5, loss -0.5; a flat one: 0. Divided by rl's 8 tokens."""
+    teacher = TeacherTargets(rows=torch.zeros(4, dtype=torch.long), cols=torch.arange(4),
+                             scores=torch.tensor([[0.1, 0.9], [0.9, 0.1], [0.9, 0.1], [0.9, 0.1]]).log(),
+                             tokens=torch.zeros(4, dtype=torch.long), segments=torch.zeros(4, dtype=torch.long))
+    logits = torch.zeros(1, 4, 2)  # p_S = [0.5, 0.5]
+    lp = torch.full((1, 4), math.log(0.5), requires_grad=True)
+    x = LossInputs(lp, lp.detach(), lp.detach(), torch.tensor([[-1.0, -1.0, 1.0, 0.0]]), logits)
+    ch = DistillChannel(DistillLossConfig(estimator="credit", credit_clip=0.5, guard="none"))
+    loss, _ = ch.loss(x, torch.ones(1, 4), teacher)
+    assert loss.item() == pytest.approx(0.5 - 0.4444444 - 0.5, abs=1e-6)
+    loss.backward()
+    assert lp.grad[0].tolist() == pytest.approx([0.5, -0.4444444, -0.5, 0.0], abs=1e-6)
+    assert ch.denominator(Counts({"rl": 8, "distill": 4}, {"rl": 2, "distill": 1})) == 8
