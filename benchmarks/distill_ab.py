@@ -66,13 +66,14 @@ ARMS |= {"grpo+hint": HINT, "grpo+placebo": [*HINT, "--orchestrator.distill.hint
          # RLSD: the hinted current policy only scales rl's advantage per token (within 1 +- credit_clip)
          "grpo+credit": [*DISTILL_ON, "--trainer.loss.distill.estimator", "credit", "--trainer.loss.distill.teacher", "current",
                          "--trainer.loss.weights", "{rl = 1.0, distill = 1.0}"]}
+ARMS["grpo+credit-centred"] = [*ARMS["grpo+credit"], "--trainer.loss.distill.credit_center", "true"]  # the hint's shift removed
 BASELINE = "grpo"
 PLACEBOS = ("grpo+placebo", "grpo+placebo-other", "grpo+placebo-blank")
 
 
 def arm_flags(arm: str, a: argparse.Namespace) -> list[str]:
     extra = a.distill_flags.split() if arm != BASELINE else []
-    if arm in ("grpo+hint", *PLACEBOS, "grpo+oracle", "grpo+credit") and a.gate:  # every arm gated by the real hint's lift
+    if arm in ("grpo+hint", *PLACEBOS, "grpo+oracle", "grpo+credit", "grpo+credit-centred") and a.gate:  # every arm gated by the real hint's lift
         extra += ["--orchestrator.distill.gate.enabled", "true", "--orchestrator.distill.gate.lift_file", str(a.gate.resolve())]
     flags = [f.replace("HINT_WEIGHT", str(a.hint_weight)).replace("WEIGHT", str(a.sampled_weight)) for f in ARMS[arm]]
     return flags + extra + a.rl_flags.split()

@@ -25,7 +25,9 @@ error-turn token y with rl advantage A,
     c_t    = clip(exp(sign(A) * (log p_T(y) - log p_S(y))), 1 - eps_c, 1 + eps_c)     (detached)
     loss_t = -A * (c_t - 1) * pi(y) / pi_old(y)
 
-divided by the rl channel's token count (not this channel's), so that added to rl's -A * rho the
+(with `credit_center`, sign(A) * gap less its mean over the turn: only the teacher's ranking of
+the turn's tokens, not a shift the hint gives them all), divided by the rl channel's token count
+(not this channel's), so that added to rl's -A * rho the
 token's advantage becomes A * c_t: a failed turn's tokens the hinted teacher would not write take
 up to (1 + eps_c)x the blame, those it would write as little as (1 - eps_c)x. Its update is never
 against the reward's sign, is at most eps_c of rl's on the same tokens, and is exactly 0 where A is:
@@ -73,6 +75,9 @@ class DistillLossConfig(Strict):
                            "rl advantage within 1 +- credit_clip, the reward keeps its sign (the trainer's forward too)")
     credit_clip: float = Field(0.5, gt=0.0, le=1.0, description='"credit": eps_c, how far the teacher may scale a '
                                                                 "token's advantage either way")
+    credit_center: bool = Field(False, description='"credit": subtract each error turn\'s mean of sign(A) * gap before '
+                                                   "the exp, so that a hint shifting every token's log-prob alike moves no "
+                                                   "blame: only the teacher's ranking of the turn's tokens counts")
     beta: float = Field(0.5, ge=0.0, le=1.0, description="0: KL(teacher || student), 1: KL(student || teacher), "
                                                          "between: JSD")
     temperature: float = Field(1.0, gt=0.0, description="both distributions are softmaxes at this temperature")
@@ -138,8 +143,16 @@ def sampled_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tenso
     return surrogate - surrogate.detach() + gap  # value: the gap; gradient: gap * grad s
 
 
+def segment_centred(z: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """z minus the mean of z over its segment (one error turn), for contiguous segment ids 0..n-1."""
+    n = int(segments.max()) + 1
+    sums = z.new_zeros(n).index_add_(0, segments, z)
+    counts = z.new_zeros(n).index_add_(0, segments, torch.ones_like(z))
+    return z - (sums / counts)[segments]
+
+
 def credit_loss(x: LossInputs, teacher: TeacherTargets, w: torch.Tensor, eps: float,
-                temperature: float = 1.0) -> torch.Tensor:
+                temperature: float = 1.0, center: bool = False) -> torch.Tensor:
     """Summed -A (c - 1) rho over the error-turn tokens (RLSD, formula above); w is each token's
     distill weight. Gradients flow through the policy's log-prob only."""
     rows, cols = teacher.rows, teacher.cols
@@ -149,6 +162,8 @@ def credit_loss(x: LossInputs, teacher: TeacherTargets, w: torch.Tensor, eps: fl
         pick = lambda logits: torch.log_softmax(logits.float() / temperature, -1).gather(-1, teacher.tokens[:, None])[:, 0]  # noqa: E731
         a = x.advantages[rows, cols]
         z = torch.sign(a) * (pick(teacher.scores) - pick(x.logits[rows, cols]))
+        if center and len(z):
+            z = segment_centred(z, teacher.segments)
         c = z.clamp(max=math.log1p(eps)).exp().clamp(min=1 - eps)  # the exponent capped first: no inf
     rho = torch.exp(x.logprobs[rows, cols] - x.old_logprobs[rows, cols])
     return -(a * (c - 1) * rho * w[rows, cols]).sum()
@@ -238,7 +253,7 @@ class DistillChannel(Channel):
             zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
             return zero, {"distill/top1_agree": zero.detach(), "distill/kept": zero.detach()}  # same keys on every rank
         if self.cfg.estimator == "credit":
-            loss = credit_loss(x, teacher, w, self.cfg.credit_clip, self.cfg.temperature)
+            loss = credit_loss(x, teacher, w, self.cfg.credit_clip, self.cfg.temperature, self.cfg.credit_center)
             _, stats = distill_loss(x.logits.detach(), teacher, w, self.cfg.model_copy(update={"estimator": "jsd"}))
             return loss, stats
         return distill_loss(x.logits, teacher, w, self.cfg)

@@ -153,3 +153,23 @@ def test_credit_pinned_on_hand_computed_tokens():
     loss.backward()
     assert lp.grad[0].tolist() == pytest.approx([0.5, -0.4444444, -0.5, 0.0], abs=1e-6)
     assert ch.denominator(Counts({"rl": 8, "distill": 4}, {"rl": 2, "distill": 1})) == 8
+
+
+def test_credit_centred_moves_no_blame_for_a_shift_of_the_whole_turn():
+    """Five tokens of a failed sample (A = -1, rho = 1, so loss_t = c_t - 1), the student uniform over two tokens.
+    Turn 1: the hint lifts every token alike, the teacher's logit for y up by 0.3, gap log p_T(y) - log p_S(y) =
+    log(2 e^0.3 / (e^0.3 + 1)) = 0.1388 each: uncentred each blame drops to c = exp(-0.1388) = 0.8704; centred
+    nothing moves (c = 1). Turn 2, centred apart: logits -1 and +1 give gaps -0.6201 and +0.3799 (mean -0.1201),
+    centred -0.5 and +0.5: c = exp(0.5) = 1.6487 clipped to 1.5, and exp(-0.5) = 0.6065."""
+    scores = torch.tensor([[0.3, 0.0]] * 3 + [[-1.0, 0.0], [1.0, 0.0]])
+    teacher = TeacherTargets(rows=torch.zeros(5, dtype=torch.long), cols=torch.arange(5), scores=scores,
+                             tokens=torch.zeros(5, dtype=torch.long), segments=torch.tensor([0, 0, 0, 1, 1]))
+    lp = torch.zeros(1, 5)
+    x = LossInputs(lp, lp, lp, -torch.ones(1, 5), torch.zeros(1, 5, 2))
+
+    def c(center: bool) -> list[float]:
+        ch = DistillChannel(DistillLossConfig(estimator="credit", credit_center=center))
+        return [1 + ch.loss(x, torch.eye(5)[i][None], teacher)[0].item() for i in range(5)]
+
+    assert c(True) == pytest.approx([1.0, 1.0, 1.0, 1.5, 0.6065], abs=1e-4)
+    assert c(False) == pytest.approx([0.8704] * 3 + [1.5, 0.6839], abs=1e-4)  # turn 2 uncentred: exp(-0.3799)
