@@ -194,14 +194,20 @@ def distill_loss(student_logits: torch.Tensor, teacher: TeacherTargets, weights:
         d = generalized_jsd(s, teacher.scores, cfg.beta, cfg.temperature, cfg.top_k, cfg.clamp)
     w = weights[teacher.rows, teacher.cols]
     with torch.no_grad():
-        agree = (s.argmax(-1) == teacher.scores.argmax(-1)).float()  # student's greedy token is the teacher's
         top = teacher.scores.argmax(-1)
         top = teacher.support.gather(-1, top[:, None])[:, 0] if teacher.support is not None else top
         miss = top != teacher.tokens  # the teacher would not have written the student's token here
         if cfg.scope == "first_miss":
             w = w * up_to_first_miss(miss, teacher.segments)
-    return (d * w).sum(), {"distill/top1_agree": (agree * weights[teacher.rows, teacher.cols]).sum(),
-                           "distill/kept": w.sum()}
+    return (d * w).sum(), agreement(s, teacher, weights[teacher.rows, teacher.cols], w)
+
+
+@torch.no_grad()
+def agreement(s: torch.Tensor, teacher: TeacherTargets, w: torch.Tensor, kept: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The channel's statistics: weighted tokens whose student greedy token is the teacher's, and the
+    weight the loss kept (`s`: the student's logits at the distill positions, on the teacher's support)."""
+    agree = (s.argmax(-1) == teacher.scores.argmax(-1)).float()
+    return {"distill/top1_agree": (agree * w).sum(), "distill/kept": kept.sum()}
 
 
 class DistillChannel(Channel):
@@ -255,9 +261,9 @@ class DistillChannel(Channel):
             zero = (x.logprobs * w).sum()  # none of this micro-batch's tokens: zero, still in the graph
             return zero, {"distill/top1_agree": zero.detach(), "distill/kept": zero.detach()}  # same keys on every rank
         if self.cfg.estimator == "credit":
+            w_tok = w[teacher.rows, teacher.cols]
             loss = credit_loss(x, teacher, w, self.cfg.credit_clip, self.cfg.temperature, self.cfg.credit_center)
-            _, stats = distill_loss(x.logits.detach(), teacher, w, self.cfg.model_copy(update={"estimator": "jsd"}))
-            return loss, stats
+            return loss, agreement(x.logits[teacher.rows, teacher.cols], teacher, w_tok, w_tok)
         return distill_loss(x.logits, teacher, w, self.cfg)
 
     def denominator(self, counts: Counts) -> int:
