@@ -141,6 +141,11 @@ def make_keys(processes: list[Process]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     setup("rl")
+    # the processes' environment, this one's too, before anything here imports numpy or torch (the config's plug-ins
+    # do): OpenBLAS starts a thread per core at load unless OMP_NUM_THREADS says 1, and a process running a second
+    # thread is not forked (utils/prefork.py), so the first child, inference, was exec'd and imported it all again
+    os.environ.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                       "TOKENIZERS_PARALLELISM": "false"})
     cfg, processes, paths, dry_run = resolve(sys.argv[1:] if argv is None else argv)
     run = Path(cfg.output_dir)
     if dry_run:
@@ -152,9 +157,6 @@ def main(argv: list[str] | None = None) -> None:
         if gone := run_dir.clear(where):
             log.info(f"--fresh: deleted {where}'s {', '.join(gone)}")
     make_keys(processes)
-    # the processes' environment, this one's too: torch reads OMP_NUM_THREADS when `preload` imports it
-    os.environ.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                       "TOKENIZERS_PARALLELISM": "false"})
     resolve_model(cfg.model)  # build once, before the processes race
     prefork.preload(f"composer_prime.entrypoints.{e}" for e in sorted({p.entrypoint for p in processes}))
     env = dict(os.environ)

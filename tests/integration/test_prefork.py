@@ -71,3 +71,33 @@ def test_a_forked_child_dies_with_its_parent():
         time.sleep(0.1)
     state = open(f"/proc/{child}/stat").read().split()[2] if os.path.exists(f"/proc/{child}") else "gone"
     assert state in ("gone", "Z"), state
+
+
+RL_STARTS = """
+import gc, json, os, sys, types
+from composer_prime.entrypoints import rl
+from composer_prime.utils import prefork, supervise
+seen = []
+def start(cmd, env, close=()):
+    seen.append({"module": cmd[2], "forkable": prefork.forkable(cmd), "frozen": gc.get_freeze_count() > 100_000})
+    if len(seen) == 3:
+        print(json.dumps(seen), flush=True)
+        raise SystemExit(0)
+    return types.SimpleNamespace(stdout=open(os.devnull))  # nothing started: what rl would have done, recorded
+supervise.prefork = type("P", (), {"start": staticmethod(start), "Forked": prefork.Forked})
+rl.main(sys.argv[1:])
+"""
+
+
+def test_rl_forks_every_process_where_its_shell_sets_no_thread_count(tmp_path):
+    """`uv run rl` typed in a shell without OMP_NUM_THREADS (the README's commands): the config's plug-ins import
+    numpy, whose OpenBLAS starts a thread per core unless told one, and a parent with a second thread is not forked;
+    rl must set the count before anything imports them, or its first process (inference) is exec'd and imports all
+    of torch and transformers again. What was imported is frozen out of the collector's walks before the forks."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", RL_STARTS, "@", "configs/quickstart.toml", "--output_dir", str(tmp_path / "run")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {s["module"].rsplit(".", 1)[1] for s in seen} == {"inference", "orchestrator", "trainer"}
+    assert all(s["forkable"] and s["frozen"] for s in seen), seen
