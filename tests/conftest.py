@@ -56,23 +56,33 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
-# The files whose tests take longest (minutes of test time at f448e75, 2026-11-27; the test_bench_*.py files, which
-# were one file of 30 loaded minutes, and test_rl_smollm2.py placed by their tests' loaded seconds of that run),
-# handed to the workers first: whole files go to whichever worker is free (--dist loadfile) in collection order, so
-# a long file left for last keeps one worker busy while the other idles (about 2 minutes at f448e75).
-# test_bench_gpu_check.py first: its stand-in GPU node (install, then the GPU check) is several minutes in one fixture.
-LONGEST_FIRST = ("test_bench_gpu_check.py", "test_bench_ab.py", "test_bench_systems.py", "test_readme.py",
-                 "test_rl_diloco.py", "test_slurm.py", "test_rl_smollm2.py", "test_rl_volunteers.py",
-                 "test_readme_rl.py", "test_bench_real_model.py",
-                 "test_readme_feature_deletion.py", "test_volunteers.py", "test_separate_machines.py",
-                 "test_rl_openenv.py", "test_redteam.py", "test_layouts.py", "test_bench_volunteers.py",
-                 "test_bench_runs.py", "test_generate.py", "test_model_gguf.py")
+# The files whose tests take longest (seconds of test time in a fresh clone's run, 0.3 minutes or more, at c0eefef on a
+# fresh host, 2026-12-07), handed to the workers first: whole files go to whichever worker is free (--dist loadfile) in
+# collection order, so a long file left for last keeps one worker busy while the other idles. test_bench_gpu_check.py
+# first: its stand-in GPU node (install, then the GPU check) is several minutes in one fixture. pytest_configure keeps
+# pytest-xdist from reordering the files by their number of tests, which put these single-test runs last.
+LONGEST_FIRST = ("test_bench_gpu_check.py", "test_rl_openenv.py", "test_rl_volunteers.py", "test_separate_machines.py",
+                 "test_slurm.py", "test_bench_ab.py", "test_rl_diloco.py", "test_bench_systems.py", "test_env_serve_trl.py",
+                 "test_volunteers_vllm.py", "test_rl_smollm2.py", "test_layouts.py", "test_bench_runs.py",
+                 "test_readme_feature_deletion.py", "test_generate.py", "test_readme_rl.py", "test_inference_vllm.py",
+                 "test_volunteers.py", "test_readme.py", "test_inference_compile.py", "test_watchdog.py",
+                 "test_bench_real_model.py", "test_stalls.py", "test_bad_input.py", "test_fsdp.py", "test_diloco_replicas.py",
+                 "test_openenv_faults.py", "test_rl_feature_deletion.py", "test_run_dirs.py", "test_bad_input_tools.py",
+                 "test_bench_volunteers.py", "test_redteam.py")
 
 
 def first_by_length(items: list) -> None:
     """Stable: the LONGEST_FIRST files in that order, then everything as collected."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_configure(config) -> None:
+    """pytest-xdist (3.7 and later) hands out a `--dist loadfile` run's files by their number of tests, most first,
+    unless told not to: the collection order `first_by_length` sets would be lost, and the heaviest files, which hold
+    one or two tests each, came last (a fresh clone's last 2% of tests took 7 of its 34 minutes, 2026-12-07)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items) -> None:
