@@ -56,7 +56,7 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
-# The files whose tests take longest (seconds of test time in a fresh clone's run, 0.3 minutes or more, at c0eefef on a
+# The files whose tests take longest (seconds of test time in a fresh clone's run, 0.8 minutes or more, at c0eefef on a
 # fresh host, 2026-12-07), handed to the workers first: whole files go to whichever worker is free (--dist loadfile) in
 # collection order, so a long file left for last keeps one worker busy while the other idles. test_bench_gpu_check.py
 # first: its stand-in GPU node (install, then the GPU check) is several minutes in one fixture. pytest_configure keeps
