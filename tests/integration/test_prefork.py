@@ -76,7 +76,7 @@ def test_a_forked_child_dies_with_its_parent():
 RL_STARTS = """
 import gc, json, os, sys, types
 from composer_prime.entrypoints import rl
-from composer_prime.utils import prefork, supervise
+from composer_prime.utils import prefork
 seen = []
 def start(cmd, env, close=()):
     seen.append({"module": cmd[2], "forkable": prefork.forkable(cmd), "frozen": gc.get_freeze_count() > 100_000})
@@ -84,7 +84,7 @@ def start(cmd, env, close=()):
         print(json.dumps(seen), flush=True)
         raise SystemExit(0)
     return types.SimpleNamespace(stdout=open(os.devnull))  # nothing started: what rl would have done, recorded
-supervise.prefork = type("P", (), {"start": staticmethod(start), "Forked": prefork.Forked})
+prefork.start = start  # supervise calls it through the module
 rl.main(sys.argv[1:])
 """
 
