@@ -22,6 +22,7 @@ from openenv.core.mcp_client import MCPToolClient
 from tool_calc.taskset import CALC_SCHEMA, evaluate
 
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.integration.conftest import ENV_SERVE, serve_env, stop
 from tests.support.bad_input import run_bad_input
 
@@ -114,7 +115,7 @@ def test_sessions_stay_apart_and_one_beyond_max_concurrent_envs_gets_capacity_re
 
 def test_with_keys_only_a_client_sending_the_token_gets_an_episode(tmp_path):
     keys = tmp_path / "keys"
-    subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "keys", "make", "--out", str(keys)],
+    forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "keys", "make", "--out", str(keys)],
                    check=True, capture_output=True)
     token = (keys / "inference.token").read_text().strip()
     proc, url = serve("--auth.keys_dir", str(keys))
@@ -142,7 +143,7 @@ def test_a_port_in_use_is_one_line_exit_2():
 
 def test_feature_deletion_served_with_its_sandbox_tools(tmp_path):
     tasks = tmp_path / "tasks"
-    subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "build-tasks", "feature-deletion",
+    forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "build-tasks", "feature-deletion",
                     "--source", str(MINILIB), "--out", str(tasks), "--max-tasks", "1"], check=True, capture_output=True, timeout=600)
     (task,) = (tasks / "tasks").iterdir()
     (solution,) = [p for p in (task / "solution").rglob("*.py")]

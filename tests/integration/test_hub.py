@@ -17,6 +17,7 @@ import pytest
 from composer_prime.hub.files import collect_files, content_hash
 from composer_prime.hub.scaffold import scaffold
 from tests.conftest import ROOT, free_port, start_until_ready
+from tests.support import forkserver
 
 KEY = "stand-in-test-key"
 PRIME = Path(sys.executable).parent / "prime"
@@ -48,7 +49,7 @@ def prime(hub, *args: str, cwd: Path, key: str | None = KEY, **extra: str) -> su
 
 
 def ours(hub, *args: str, key: str | None = KEY, base: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", *args], cwd=ROOT,
+    return forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", *args], cwd=ROOT,
                           env=_env(hub, key, base), capture_output=True, text=True)
 
 
@@ -226,7 +227,7 @@ def test_prime_config_file_is_honoured_like_prime(hub, tmp_path):
     (home / ".prime" / "config.json").write_text(json.dumps({"api_key": KEY, "base_url": f"{hub.url}/api/v1"}))
     root = scaffold("config-probe", tmp_path)
     env = {k: v for k, v in _env(hub, None).items() if not k.startswith("PRIME_")} | {"HOME": str(home)}
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "publish", str(root), "--yes"],
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "env", "publish", str(root), "--yes"],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0 and f"to {hub.url}" in r.stdout, r.stderr
     assert details(hub, "local/config-probe@0.1.0").json()["data"]["content_hash"] == content_hash(root)

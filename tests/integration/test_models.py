@@ -7,10 +7,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", *args], cwd=ROOT,
+    return forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
 
 

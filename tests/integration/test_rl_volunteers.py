@@ -10,11 +10,11 @@ The same run's weights through SHARDCAST: trainer origin -> one relay -> two inf
 file's second test, once test_rl_shardcast.py: one file, so the run is made once, by the first test)."""
 
 import json
-import subprocess
 import sys
 import tomllib
 
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.support.rl_runs import rows
 from tests.support.shared_runs import RELAY_STEPS, RelayRun
 
@@ -58,7 +58,7 @@ def test_rl_with_two_volunteers_and_a_cheat(relay_run: RelayRun):
     # Waited for, it is rejected in the first held-out evaluation (whose requests come first): its rejected rollouts
     # in a batch, dropped by the `unverified` filter, are test_filters.py's (they were here when it joined mid-run).
     # each joined with an invite of its own (the README's command); the cheat's ejection revoked its invite
-    listed = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "list", "--run", str(run)],
+    listed = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "volunteers", "list", "--run", str(run)],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
     state = {line.split("\t")[0]: line.split("\t")[2] for line in listed.splitlines()}
     assert state["honest0"] == state["honest1"] == "active", listed

@@ -4,7 +4,6 @@ the dataset and runs a step on it, and TRL's own reference pass over the same ro
 same log-probs as ours (the tokenisation of prompt and replies agrees)."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,7 @@ from composer_prime.traces.ingest import ingest
 from composer_prime.traces.pairs import make_pair
 from composer_prime.traces.record import action, tool_call
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 FIX = action("I will fix it.", [])
 
@@ -46,7 +46,7 @@ def test_trl_dpo_trainer_trains_on_it_and_agrees_on_the_reference(pairs, tiny_mo
 
     pairs_file = tmp_path / "pairs.jsonl"
     pairs_file.write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "dataset", str(pairs_file),
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "dataset", str(pairs_file),
                         "--model", str(tiny_model_dir), "--out", str(tmp_path / "ds")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     ds = load_from_disk(str(tmp_path / "ds"))
@@ -70,7 +70,7 @@ def test_bad_pairs_file_is_one_line(tmp_path, tiny_model_dir):
     for text in ("", "not json\n"):
         f = tmp_path / "p.jsonl"
         f.write_text(text)
-        r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "dataset", str(f),
+        r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "dataset", str(f),
                             "--model", str(tiny_model_dir), "--out", str(tmp_path / "ds")], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "ds").exists()

@@ -2,7 +2,6 @@
 and bad input is one line that writes nothing."""
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,12 +14,13 @@ from composer_prime.orchestrator.rollouts import rollout
 from composer_prime.orchestrator.traces import TraceLog
 from composer_prime.traces.record import read_steps
 from tests.conftest import ROOT
+from tests.support import forkserver
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 
 
 def read_and_ingest(src: Path, out: Path):
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", str(src), "--out", str(out)],
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", str(src), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return read_steps(out)
@@ -28,7 +28,7 @@ def read_and_ingest(src: Path, out: Path):
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     def cli(*argv):
-        r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", *argv],
+        r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", *argv],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
         return r.stderr

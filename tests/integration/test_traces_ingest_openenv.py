@@ -4,11 +4,11 @@ rollouts of tests/support/openenv_capture.py, and the command turns them into th
 A malformed export is one of test_bad_input_tools' rows (one line, exit 2, nothing written)."""
 
 import json
-import subprocess
 import sys
 
 from composer_prime.traces.record import read_steps
 from tests.conftest import ROOT
+from tests.support import forkserver
 from tests.support.openenv_capture import trace_entries_answer, training_trace
 
 FIXTURES = ROOT / "tests" / "fixtures" / "openenv_traces"
@@ -25,7 +25,7 @@ def test_the_fixtures_are_what_openenv_exports():
 
 def test_ingest_command_reads_both_export_shapes(tmp_path):
     out = tmp_path / "steps.jsonl"
-    r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", str(FIXTURES / "good"),
+    r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "ingest", str(FIXTURES / "good"),
                         "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == f"6 steps from 2 files -> {out}"

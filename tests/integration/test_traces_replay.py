@@ -24,6 +24,7 @@ from composer_prime.traces.replay import Replay
 from composer_prime.traces.teachers import TeachersFile, load_teachers
 from composer_prime.utils.progress import INTERVAL_ENV as PROGRESS_ENV
 from tests.conftest import ROOT, free_port
+from tests.support import forkserver
 from tests.support.teacher_standin import TeacherStandin, serve_in_thread
 
 FIX, OTHER = {"content": "FIX"}, {"content": "something else"}
@@ -90,7 +91,7 @@ def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
                             delay=0.4, concurrency=1)
     out = tmp_path / "out"
     cmd = replay_command(cfg, steps, tmp_path / "teachers.toml", out, concurrency=1)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = forkserver.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not ((out / "ledger.jsonl").exists() and len(ledger(out)) >= 6):
         time.sleep(0.05)
@@ -98,7 +99,7 @@ def test_killed_mid_run_then_resumed_pays_for_no_call_twice(tmp_path, steps):
     proc.wait()
     before = len(ledger(out))
     assert 6 <= before < 33  # killed mid-run
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = forkserver.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     paid = Counter((x["teacher"], x["step"]) for x in ledger(out))
     assert len(paid) == 33 and max(paid.values()) == 1  # every (teacher, state) paid exactly once over both runs
@@ -122,7 +123,7 @@ def test_progress_in_a_log_is_plain_lines_with_counts_and_the_last_always(tmp_pa
     def counts(**env: str) -> tuple[list[tuple[int, int]], str]:
         log = tmp_path / "stderr.log"
         with log.open("w") as err:
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=300, env={**os.environ, **env})
+            r = forkserver.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=300, env={**os.environ, **env})
         assert r.returncode == 0, log.read_text()
         found = re.findall(r"^\[composer-prime\] replay: (\d+)/(\d+) states", log.read_text(), re.M)
         return [(int(a), int(b)) for a, b in found], r.stdout
@@ -174,7 +175,7 @@ def test_bad_teachers_file_is_one_line(tmp_path, steps):
         bad.write_text(text)
         with pytest.raises(ValueError, match=needle):
             load_teachers(bad)
-        r = subprocess.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "replay", str(steps),
+        r = forkserver.run([sys.executable, "-m", "composer_prime.entrypoints.cli", "traces", "replay", str(steps),
                             "--teachers", str(bad), "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 

@@ -37,7 +37,7 @@ from composer_prime.utils import prefork
 from composer_prime.utils.proc import has_gpu
 
 HEAVY = tuple(f"composer_prime.entrypoints.{name}" for name in
-              ("rl", "inference", "trainer", "orchestrator", "sft", "worker", "relay"))
+              ("rl", "inference", "trainer", "orchestrator", "sft", "worker", "relay", "cli"))
 # read when the modules are imported, so a child must agree with the server on them to be served
 IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONSAFEPATH", "PYTHONWARNINGS", "HF_HOME",
                "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME",
