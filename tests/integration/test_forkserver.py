@@ -85,7 +85,7 @@ def test_what_the_server_cannot_be_is_exec_d(tmp_path):
                         "--output_dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2 and len(forkserver.served) == before
     for args, kwargs in (([*PY, "composer_prime.entrypoints.rl", "--help"], {"env": env}),
-                         ([*PY, "composer_prime.entrypoints.cli", "--help"], {}),
+                         ([*PY, "composer_prime.entrypoints.lighthouse", "--help"], {}),
                          ([sys.executable, "-c", "pass"], {})):
         with forkserver.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, **kwargs) as p:
             assert p._server is None and p.wait(timeout=300) == 0
