@@ -22,8 +22,8 @@ from openenv.core.mcp_client import MCPToolClient
 from tool_calc.taskset import CALC_SCHEMA, evaluate
 
 from tests.conftest import ROOT
-from tests.support import forkserver
 from tests.integration.conftest import ENV_SERVE, serve_env, stop
+from tests.support import forkserver
 from tests.support.bad_input import run_bad_input
 
 TASKS = ["--args", '{"split": "eval", "num_tasks": 4}']
