@@ -5,30 +5,14 @@ import io
 import logging
 import warnings
 
-import pytest
-
 from composer_prime.utils.logs import PROCESS_ENV, setup
-
-
-@pytest.fixture
-def restore_logging():
-    root, ours = logging.getLogger(), logging.getLogger("composer_prime")
-    saved = (root.handlers[:], root.level, ours.level)
-    disabled = logging.root.manager.disable  # the trainer's launcher disables logging in its process (tests may run it here)
-    logging.disable(logging.NOTSET)
-    yield
-    logging.disable(disabled)
-    root.handlers[:], _, _ = saved
-    root.setLevel(saved[1])
-    ours.setLevel(saved[2])
-    logging.captureWarnings(False)
 
 
 def lines(stream: io.StringIO) -> list[str]:
     return stream.getvalue().splitlines()
 
 
-def test_prefix_levels_and_library_noise(restore_logging, monkeypatch):
+def test_prefix_levels_and_library_noise(monkeypatch):
     monkeypatch.delenv(PROCESS_ENV, raising=False)
     out = io.StringIO()
     setup("trainer", stream=out)
@@ -43,7 +27,7 @@ def test_prefix_levels_and_library_noise(restore_logging, monkeypatch):
     assert got[2].startswith("[trainer] ") and got[2].endswith("DeprecationWarning: old API")  # then its source line
 
 
-def test_rl_names_the_process_and_a_quiet_rank_only_warns(restore_logging, monkeypatch):
+def test_rl_names_the_process_and_a_quiet_rank_only_warns(monkeypatch):
     monkeypatch.setenv(PROCESS_ENV, "inference-1")
     out = io.StringIO()
     setup("inference", stream=out)
@@ -56,3 +40,20 @@ def test_rl_names_the_process_and_a_quiet_rank_only_warns(restore_logging, monke
     log.info("step 3")
     log.warning("rejected a message")
     assert lines(quiet) == ["[trainer] rejected a message"]
+
+
+def test_an_in_process_main_sets_up_a_console(monkeypatch):
+    """What an entrypoint's main run in-process does (test_bad_input runs `rl`'s): the root's one handler a console
+    on stdout, composer_prime at INFO; the next test must not inherit it (tests/conftest.py's `_logging_kept`)."""
+    monkeypatch.setenv(PROCESS_ENV, "rl")
+    setup("rl")
+    assert [type(h).__name__ for h in logging.getLogger().handlers] == ["_Console"]
+    assert logging.getLogger("composer_prime").getEffectiveLevel() == logging.INFO
+
+
+def test_the_next_test_sees_no_console_left(capsys):
+    """Run after the test above (a file's tests run in order, on one worker): no console of it left on the root, so
+    a library's INFO line reaches no stdout (without `_logging_kept` it printed `[rl] ...`)."""
+    assert "_Console" not in [type(h).__name__ for h in logging.getLogger().handlers]
+    logging.getLogger("composer_prime.volunteer.pool").info("volunteer pool on http://127.0.0.1:1")
+    assert capsys.readouterr().out == ""
