@@ -44,7 +44,7 @@ def test_rl_names_the_process_and_a_quiet_rank_only_warns(monkeypatch):
 
 def test_an_in_process_main_sets_up_a_console(monkeypatch):
     """What an entrypoint's main run in-process does (test_bad_input runs `rl`'s): the root's one handler a console
-    on stdout, composer_prime at INFO; the next test must not inherit it (tests/conftest.py's `_logging_kept`)."""
+    on stdout, composer_prime at INFO; the next test must not inherit it (the root conftest.py's `_logging_kept`)."""
     monkeypatch.setenv(PROCESS_ENV, "rl")
     setup("rl")
     assert [type(h).__name__ for h in logging.getLogger().handlers] == ["_Console"]
